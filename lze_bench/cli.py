@@ -1,0 +1,216 @@
+"""The `lze-bench` command line (Typer owns argv; Hydra only composes).
+
+Every command that takes configuration accepts Hydra overrides as trailing
+arguments (`lze-bench train selector=lze selector.keep_ratio=0.4 seed=1`).
+Errors a user can fix print one line and exit with code 2; set
+LZE_BENCH_DEBUG=1 for the traceback. Heavy imports (torch, backends) happen
+inside the command that needs them, so `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from lze_bench.errors import LzeBenchError, NotYetAvailable
+
+EXTRA_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+app = typer.Typer(
+    name="lze-bench",
+    help="Benchmark online prompt selection for RL post-training (GRPO) with honest FLOP accounting.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def friendly_errors(fn):
+    """Turn LzeBenchError into one line on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except LzeBenchError as exc:
+            if os.environ.get("LZE_BENCH_DEBUG") == "1":
+                raise
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(code=2)
+
+    return wrapper
+
+
+def _compose(name: str, overrides: list[str]):
+    from lze_bench.config import compose
+
+    return compose(name, overrides)
+
+
+def _require(module: str, what: str):
+    """Import the module that implements a command, or say it has not landed."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.startswith(exc.name):
+            raise NotYetAvailable(f"`lze-bench {what}` is not yet available in this version") from exc
+        raise
+
+
+def _print_config(cfg) -> None:
+    from omegaconf import OmegaConf
+
+    typer.echo(OmegaConf.to_yaml(cfg, resolve=True), nl=False)
+
+
+@app.command(context_settings=EXTRA_ARGS)
+@friendly_errors
+def train(
+    ctx: typer.Context,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config (and launch command); run nothing."),
+):
+    """Train one policy with one selector; writes one run directory.
+
+    Example: lze-bench train selector=lze seed=1 trainer.steps=40
+    """
+    cfg = _compose("train", ctx.args)
+    from lze_bench.registry import BACKENDS
+
+    backend = BACKENDS[cfg.backend.name]
+    if dry_run:
+        if hasattr(backend, "dry_run"):
+            backend.dry_run(cfg)
+        else:
+            _print_config(cfg)
+        return
+    from lze_bench.backends import run_training
+
+    run_dir = run_training(cfg)
+    typer.echo(f"run directory: {run_dir}")
+
+
+@app.command(name="eval", context_settings=EXTRA_ARGS)
+@friendly_errors
+def eval_(
+    ctx: typer.Context,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config; run nothing."),
+):
+    """Evaluate a checkpoint (model=PATH_OR_HF_ID) or every checkpoint of a run (run=RUN_DIR).
+
+    Example: lze-bench eval model=runs/x/checkpoints/step_000060 eval=math_suite
+    """
+    evaluation = _require("lze_bench.evaluation.runner", "eval")
+    cfg = _compose("eval", ctx.args)
+    if dry_run:
+        _print_config(cfg)
+        return
+    evaluation.run_eval(cfg)
+
+
+@app.command()
+@friendly_errors
+def grade(
+    predictions: Path = typer.Argument(..., help="JSONL with rows {response, gold} (other fields kept)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write graded rows here (JSONL)."),
+    timeout_s: float = typer.Option(5.0, "--timeout", help="Seconds allowed per answer; a timeout counts wrong."),
+    workers: int = typer.Option(0, "--workers", help="Grading processes (0 = one per core)."),
+):
+    """Re-grade a predictions file with the one grading function and print the accuracy."""
+    grading_file = _require("lze_bench.evaluation.grade_file", "grade")
+    grading_file.grade_file(predictions, out, timeout_s=timeout_s, workers=workers)
+
+
+@app.command(context_settings=EXTRA_ARGS)
+@friendly_errors
+def sweep(
+    ctx: typer.Context,
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the jobs (and Slurm scripts); submit nothing."),
+):
+    """Run a grid of trainings with submitit: `sweep sweep=NAME` or inline multirun overrides.
+
+    `lze-bench sweep status DIR` shows a sweep's jobs.
+    """
+    sweep_module = _require("lze_bench.sweep", "sweep")
+    sweep_module.main(list(ctx.args), dry_run=dry_run)
+
+
+@app.command()
+@friendly_errors
+def report(
+    sweep_dir: Path = typer.Argument(..., help="A sweep directory, or a folder of run directories."),
+    name: Optional[str] = typer.Option(None, "--name", help="Report name (default: the folder's name)."),
+    out_root: Path = typer.Option(Path("reports"), "--out-root", help="Reports are written to OUT_ROOT/NAME/."),
+):
+    """Tables and plots from ledgers and eval summaries (reads files only)."""
+    report_module = _require("lze_bench.report", "report")
+    report_module.main(sweep_dir, name=name, out_root=out_root)
+
+
+@app.command(context_settings=EXTRA_ARGS)
+@friendly_errors
+def replay(
+    ctx: typer.Context,
+    rollouts: Path = typer.Argument(..., help="rollouts.parquet of a run, or JSONL rows {step, prompt_id, rewards}."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the rows plus rolled_out/kept columns here."),
+):
+    """Replay a recorded rollout log through a selector (counterfactual selection).
+
+    Example: lze-bench replay runs/x/rollouts.parquet selector=lze --out lze.parquet
+    """
+    replay_module = _require("lze_bench.replay", "replay")
+    cfg = _compose("replay", ctx.args)
+    replay_module.run_replay(rollouts, cfg, out)
+
+
+@app.command(context_settings=EXTRA_ARGS)
+@friendly_errors
+def bench(
+    ctx: typer.Context,
+    what: str = typer.Argument(..., help="selectors | grading | train"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON here."),
+):
+    """Measure performance (time, throughput) and print a table; extra key=value options per benchmark."""
+    from lze_bench.benchmarks import run_bench
+
+    run_bench(what, list(ctx.args), json_path)
+
+
+@app.command()
+@friendly_errors
+def selectors():
+    """List the registered selectors, a one-line summary each, and their defaults."""
+    import dataclasses
+
+    from rich.console import Console
+    from rich.table import Table
+
+    import lze_bench.selectors  # noqa: F401  (registers them)
+    from lze_bench.registry import SELECTORS
+
+    table = Table(title="selectors (selector=NAME, override defaults as selector.KEY=VALUE)")
+    table.add_column("name", style="bold")
+    table.add_column("summary")
+    table.add_column("defaults")
+    for name in sorted(SELECTORS):
+        cls = SELECTORS[name]
+        summary = (cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip().splitlines()[0]
+        defaults = ", ".join(
+            f"{f.name}={getattr(cls.Config(), f.name)!r}" for f in dataclasses.fields(cls.Config) if f.name != "name"
+        )
+        table.add_row(name, summary, defaults or "-")
+    Console(width=max(120, Console().width)).print(table)
+
+
+def main() -> None:  # pragma: no cover - entry point for `python -m lze_bench`
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

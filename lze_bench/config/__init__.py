@@ -1,0 +1,253 @@
+"""Compose configuration with Hydra from groups that mirror the registries.
+
+Typer owns argv; Hydra only composes (`hydra.compose`). Everything is put in
+Hydra's ConfigStore, so no search path is involved:
+
+* registry groups: `selector`, `backend`, `task`: one option per registry
+  entry, its node the entry's `Config` dataclass (they cannot drift);
+* YAML groups: `model` (lze_bench/config/model/*.yaml), `launcher`,
+  `eval` (packaged + top-level `evals/`), `sweep` (top-level `sweeps/`), each
+  validated against its dataclass schema when stored;
+* primary configs (`train`, `replay`, `eval`, `sweep`, ...) from `CONFIGS`.
+
+`compose(name, overrides)` returns a DictConfig whose values have been checked
+by the schemas' `__post_init__`; any mistake becomes one `LzeBenchError` line
+naming the key and the valid choices.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from lze_bench.errors import LzeBenchError
+from lze_bench.registry import BACKENDS, SELECTORS, TASKS, Registry, unknown_choice
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_DIR = PACKAGE_DIR.parent.parent
+
+CONFIGS = Registry("command config")  # primary config name -> dataclass
+
+
+@dataclass(frozen=True)
+class YamlGroup:
+    """A config group whose options are YAML files validated by a schema."""
+
+    schema: str  # "module:attribute" of the dataclass (imported lazily)
+    folders: tuple[str, ...]  # searched in order; a later folder's file of the same name wins
+
+
+# Folders: packaged presets first, then the repository's recipe folders, then
+# the user's current directory, so a user's own sweeps/evals are found too.
+YAML_GROUPS: dict[str, YamlGroup] = {
+    "model": YamlGroup("lze_bench.config.schema:ModelConfig", (str(PACKAGE_DIR / "model"),)),
+    "launcher": YamlGroup("lze_bench.launchers:LauncherConfig", (str(PACKAGE_DIR / "launcher"),)),
+    "eval": YamlGroup(
+        "lze_bench.evaluation.suites:SuiteConfig",
+        (str(PACKAGE_DIR / "eval"), str(REPO_DIR / "evals"), "evals"),
+    ),
+    "sweep": YamlGroup("lze_bench.sweep:SweepSpec", (str(REPO_DIR / "sweeps"), "sweeps")),
+}
+
+REGISTRY_GROUPS: dict[str, Registry] = {"selector": SELECTORS, "backend": BACKENDS, "task": TASKS}
+
+# Modules whose import fills the registries and CONFIGS; a module not written
+# yet is skipped so that the rest of the CLI keeps working.
+PLUGIN_MODULES = (
+    "lze_bench.selectors",
+    "lze_bench.backends",
+    "lze_bench.tasks",
+    "lze_bench.evaluation.suites",
+    "lze_bench.launchers",
+    "lze_bench.sweep",
+)
+
+_registered = False
+
+
+def _import_optional(module: str):
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+            return None
+        raise
+
+
+def _load_attr(spec: str):
+    module_name, attr = spec.split(":")
+    module = _import_optional(module_name)
+    return None if module is None else getattr(module, attr)
+
+
+def register_all() -> None:
+    """Fill Hydra's ConfigStore from the registries and YAML folders (once)."""
+    global _registered
+    if _registered:
+        return
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    from lze_bench.config import schema  # noqa: F401  (registers train/replay)
+
+    for module in PLUGIN_MODULES:
+        _import_optional(module)
+    store = ConfigStore.instance()
+    for name, node in CONFIGS.items():
+        store.store(name=name, node=node)
+    for group, registry in REGISTRY_GROUPS.items():
+        for name, entry in registry.items():
+            store.store(group=group, name=name, node=entry.Config)
+    for group, spec in YAML_GROUPS.items():
+        schema_cls = _load_attr(spec.schema)
+        if schema_cls is None:
+            continue
+        for name, path in yaml_options(group).items():
+            node = OmegaConf.merge(OmegaConf.structured(schema_cls), _load_yaml(path))
+            store.store(group=group, name=name, node=node)
+    _registered = True
+
+
+def _load_yaml(path: Path):
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.load(path)
+    except Exception as exc:  # a YAML syntax error: name the file
+        raise LzeBenchError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
+
+
+def yaml_options(group: str) -> dict[str, Path]:
+    """Option name -> YAML file for a YAML group (later folders win)."""
+    options: dict[str, Path] = {}
+    for folder in YAML_GROUPS[group].folders:
+        folder_path = Path(folder)
+        if folder_path.is_dir():
+            for path in sorted(folder_path.glob("*.yaml")):
+                options[path.stem] = path.resolve()
+    return options
+
+
+def group_options(group: str) -> list[str]:
+    """Valid options of a config group."""
+    register_all()
+    if group in REGISTRY_GROUPS:
+        return sorted(REGISTRY_GROUPS[group])
+    if group in YAML_GROUPS:
+        return sorted(yaml_options(group))
+    return []
+
+
+def compose(name: str, overrides: list[str] | tuple[str, ...] = ()):
+    """Compose primary config `name` with Hydra overrides; validate; return a DictConfig."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    register_all()
+    if name not in CONFIGS:
+        raise LzeBenchError(unknown_choice("command config", name, CONFIGS))
+    overrides = rewrite_model_override(list(overrides))
+    _check_group_choices(overrides)
+    GlobalHydra.instance().clear()
+    with initialize(version_base=None, config_path=None):
+        try:
+            cfg = hydra_compose(config_name=name, overrides=overrides)
+        except Exception as exc:  # hydra's messages are multi-line: make one line
+            raise LzeBenchError(_one_line(exc, name, overrides)) from exc
+    to_objects(cfg)  # runs every schema's __post_init__ (value checks)
+    return cfg
+
+
+def to_objects(cfg):
+    """The config as dataclass instances; schema value errors become one line."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return OmegaConf.to_object(cfg)
+    except LzeBenchError:
+        raise
+    except OmegaConfBaseException as exc:
+        cause = exc.__cause__ if isinstance(exc.__cause__, LzeBenchError) else None
+        if cause is not None:
+            raise cause from exc
+        raise LzeBenchError(str(exc).splitlines()[0]) from exc
+
+
+def rewrite_model_override(overrides: list[str]) -> list[str]:
+    """`model=X` with X not a preset means a path or hub id: `model=hf model.path=X`."""
+    out = []
+    presets = set(group_options("model"))
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep and key == "model" and value and value not in presets and "hf" in presets:
+            out += ["model=hf", f"model.path={value}"]
+        else:
+            out.append(item)
+    return out
+
+
+def _check_group_choices(overrides: list[str]) -> None:
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        key = key.lstrip("+~")
+        if not sep or key not in REGISTRY_GROUPS and key not in YAML_GROUPS:
+            continue
+        choices = group_options(key)
+        for option in value.split(","):  # multirun lists are checked option by option
+            if option and option not in choices:
+                raise LzeBenchError(unknown_choice(key, option, choices))
+
+
+def _one_line(exc: Exception, name: str, overrides: list[str]) -> str:
+    text = str(exc)
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if first.startswith("Could not override '"):
+        key = first.split("'")[1]
+        return _unknown_key_message(name, overrides, key)
+    if first.startswith("Error merging override") or first.startswith("Error parsing override"):
+        cause = exc.__cause__
+        detail = str(cause).splitlines()[0] if cause else first
+        return f"{first.split(' ', 3)[-1]}: {detail}"
+    if "Could not find" in first:
+        return first.replace("In '" + name + "': ", "")
+    return first
+
+
+def _unknown_key_message(name: str, overrides: list[str], key: str) -> str:
+    """`unknown key 'selector.keep_ratoi'; did you mean 'keep_ratio'? (keys: ...)`."""
+    from hydra import compose as hydra_compose
+    from omegaconf import DictConfig, OmegaConf
+
+    groups_only = [o for o in overrides if o.partition("=")[0].lstrip("+~") in {*REGISTRY_GROUPS, *YAML_GROUPS}]
+    try:
+        base = hydra_compose(config_name=name, overrides=groups_only)
+    except Exception:
+        return f"unknown config key {key!r}"
+    parent_key, _, leaf = key.rpartition(".")
+    parent = OmegaConf.select(base, parent_key) if parent_key else base
+    if not isinstance(parent, DictConfig):
+        return f"unknown config key {key!r} ({parent_key or 'the top level'} has no sub-keys)"
+    valid = [k for k in parent.keys() if k != "defaults"]
+    import difflib
+
+    near = difflib.get_close_matches(leaf, valid, n=1)
+    hint = f"; did you mean {(parent_key + '.' if parent_key else '') + near[0]!r}?" if near else ""
+    where = parent_key or "the top level"
+    return f"unknown config key {key!r}{hint} (keys of {where}: {', '.join(valid)})"
+
+
+def config_dict(cfg) -> dict:
+    """A resolved config as plain Python containers (for config.yaml and hashing)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def env_data_root(cfg_root: str | None) -> str | None:
+    """`data.root`, else env LZE_BENCH_DATA, else None (the Hugging Face hub)."""
+    return cfg_root or os.environ.get("LZE_BENCH_DATA") or None

@@ -1,0 +1,20 @@
+"""The one exception users see.
+
+The CLI turns an `LzeBenchError` into one line on stderr and exit code 2, so
+every message must name the field (or file/row) at fault and the fix.
+"""
+
+
+class LzeBenchError(Exception):
+    """A user-facing error: bad config, bad data, a missing optional dependency."""
+
+
+class NotYetAvailable(LzeBenchError):
+    """A command whose implementation has not landed yet (exit code 2)."""
+
+
+def missing_dependency(package: str, extra: str | None = None, why: str = "") -> LzeBenchError:
+    """Error for an optional heavy dependency (vllm, openrlhf) that is not installed."""
+    hint = f"pip install 'lze-bench[{extra}]'" if extra else f"pip install {package}"
+    reason = f" ({why})" if why else ""
+    return LzeBenchError(f"{package} is not installed{reason}; install it with: {hint}")

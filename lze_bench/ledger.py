@@ -1,0 +1,270 @@
+"""Ledger schemas, atomic writers and readers: the only thing reports read.
+
+Three tables live in a run directory:
+
+* `ledger.parquet`   one row per training step (LEDGER_COLUMNS, extra columns allowed)
+* `rollouts.parquet` one row per rolled-out prompt per step (ROLLOUT_COLUMNS); while a
+  run is going, rows sit in `rollouts/part-step_NNNNNN.parquet` files (one per
+  step, so a step costs O(its rows)); `compact_rollouts` merges them at the end
+  and `read_rollouts` reads both.
+* `evals.parquet`    one row per (checkpoint, benchmark) evaluation (EVAL_COLUMNS),
+  written by `lze-bench eval run=RUN_DIR`.
+
+FLOP columns: per-step counts are exact integers (int64); `cum_flops` is a
+float64 running sum, because a long run of a 7B model passes 2^63 FLOPs
+(relative rounding 1e-16, far below anything a plot shows).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from lze_bench.errors import LzeBenchError
+from lze_bench.rundir import atomic_write_bytes
+
+LEDGER_FILE = "ledger.parquet"
+ROLLOUTS_FILE = "rollouts.parquet"
+ROLLOUT_PARTS = "rollouts"
+EVALS_FILE = "evals.parquet"
+
+# column -> dtype; every backend writes all of these every step.
+LEDGER_COLUMNS: dict[str, str] = {
+    "step": "int64",
+    "epoch": "int64",
+    "prompts_considered": "int64",  # candidates offered to select_rollout (all rounds)
+    "prompts_rolled_out": "int64",  # prompts generated for training (all rounds, probes excluded)
+    "prompts_probed": "int64",  # measurement-only rollouts (ASTRAL reference set)
+    "groups_kept": "int64",  # fresh groups that reached the actor update
+    "groups_replayed": "int64",  # stored groups added to the update (ASTRAL replay)
+    "gen_rounds": "int64",  # generation rounds this step (DAPO > 1)
+    "samples": "int64",  # responses generated (rolled out x n, probes included)
+    "prompt_tokens": "int64",  # prompt tokens of every generated response
+    "generated_tokens": "int64",  # response tokens of every generated response
+    "trained_tokens": "int64",  # prompt + response tokens of every trained sequence
+    "flops_rollout": "int64",
+    "flops_logprob": "int64",
+    "flops_train": "int64",
+    "flops_select": "int64",  # extra passes a selector asked for (entropy, embeddings)
+    "flops_total": "int64",
+    "cum_flops": "float64",
+    "time_rollout_s": "float64",
+    "time_grade_s": "float64",
+    "time_select_s": "float64",
+    "time_update_s": "float64",
+    "time_eval_s": "float64",
+    "time_step_s": "float64",
+    "cum_time_s": "float64",
+    "reward_mean": "float64",  # over every rolled-out response of the step
+    "zero_variance_frac": "float64",  # over rolled-out groups
+    "kept_zero_variance": "int64",  # zero-variance groups that still reached the update
+    "partial": "bool",  # the selector's generation cap cut the step short
+    "heldout_accuracy": "float64",  # NaN on steps without an eval
+}
+
+ROLLOUT_COLUMNS = ("step", "prompt_id", "rewards", "response_tokens", "kept")
+
+EVAL_COLUMNS: dict[str, str] = {
+    "step": "int64",  # training step of the checkpoint (0 = initial policy)
+    "checkpoint": "object",
+    "benchmark": "object",
+    "num_problems": "int64",
+    "samples_per_problem": "int64",
+    "accuracy": "float64",  # avg@n
+    "ci_low": "float64",
+    "ci_high": "float64",
+    "pass_at_k": "float64",
+    "maj_at_k": "float64",
+    "k": "int64",
+}
+
+FLOP_PARTS = ("flops_rollout", "flops_logprob", "flops_train", "flops_select")
+
+
+def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+class Ledger:
+    """The per-step ledger of one run; rewritten atomically after each append.
+
+    A step's row is small and a run has at most thousands of steps, so
+    rewriting the whole file keeps it valid Parquet at every instant.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.path = Path(run_dir) / LEDGER_FILE
+        self.frame = read_ledger(run_dir) if self.path.exists() else _empty(LEDGER_COLUMNS)
+
+    @property
+    def last_step(self) -> int:
+        return int(self.frame["step"].max()) if len(self.frame) else -1
+
+    @property
+    def cum_flops(self) -> float:
+        return float(self.frame["cum_flops"].iloc[-1]) if len(self.frame) else 0.0
+
+    @property
+    def cum_time_s(self) -> float:
+        return float(self.frame["cum_time_s"].iloc[-1]) if len(self.frame) else 0.0
+
+    def append(self, row: dict) -> dict:
+        """Add one step. Fills `flops_total`, `cum_flops`, `cum_time_s` when absent."""
+        row = dict(row)
+        row.setdefault("flops_select", 0)
+        row.setdefault("flops_total", sum(int(row[k]) for k in FLOP_PARTS))
+        row.setdefault("cum_flops", self.cum_flops + float(row["flops_total"]))
+        row.setdefault("cum_time_s", self.cum_time_s + float(row["time_step_s"]))
+        row.setdefault("heldout_accuracy", float("nan"))
+        missing = [c for c in LEDGER_COLUMNS if c not in row]
+        if missing:
+            raise LzeBenchError(f"ledger row for step {row.get('step')} is missing columns: {', '.join(missing)}")
+        if int(row["step"]) <= self.last_step:
+            raise LzeBenchError(
+                f"ledger already has step {self.last_step}; refusing duplicate step {row['step']}"
+            )
+        new = _typed(pd.DataFrame([row]), LEDGER_COLUMNS)
+        self.frame = new if not len(self.frame) else pd.concat([self.frame, new], ignore_index=True)
+        _write_parquet(self.path, self.frame)
+        return row
+
+    def set_value(self, step: int, column: str, value) -> None:
+        """Fill a column of an existing row (held-out accuracy computed after the row)."""
+        mask = self.frame["step"] == int(step)
+        if not mask.any():
+            raise LzeBenchError(f"ledger has no step {step}")
+        self.frame.loc[mask, column] = value
+        _write_parquet(self.path, self.frame)
+
+    def truncate_after(self, step: int) -> None:
+        """Drop rows after `step` (resume from a checkpoint taken at `step`)."""
+        keep = self.frame["step"] <= int(step)
+        if not keep.all():
+            self.frame = self.frame[keep].reset_index(drop=True)
+            _write_parquet(self.path, self.frame)
+
+
+def _empty(columns: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in columns.items()})
+
+
+def _typed(frame: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
+    for name, dtype in columns.items():
+        if name in frame:
+            frame[name] = frame[name].astype(dtype)
+    return frame
+
+
+def read_ledger(run_dir: str | os.PathLike) -> pd.DataFrame:
+    """The ledger of a run directory, with LEDGER_COLUMNS typed."""
+    path = Path(run_dir) / LEDGER_FILE
+    if not path.exists():
+        raise LzeBenchError(f"no ledger at {path}; is {str(run_dir)!r} a run directory?")
+    frame = pd.read_parquet(path)
+    missing = [c for c in LEDGER_COLUMNS if c not in frame]
+    if missing:
+        raise LzeBenchError(f"{path} lacks ledger columns: {', '.join(missing)}")
+    return _typed(frame, LEDGER_COLUMNS)
+
+
+# --- rollout log -------------------------------------------------------------
+
+_PART = re.compile(r"^part-step_(\d+)\.parquet$")
+
+
+class RolloutLog:
+    """Rows of rolled-out prompts, one part file per step until compacted."""
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.run_dir = Path(run_dir)
+        self.parts = self.run_dir / ROLLOUT_PARTS
+
+    def append(self, step: int, rows: pd.DataFrame | list[dict]) -> None:
+        frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
+        missing = [c for c in ROLLOUT_COLUMNS if c not in frame]
+        if missing:
+            raise LzeBenchError(f"rollout rows of step {step} lack columns: {', '.join(missing)}")
+        _write_parquet(self.parts / f"part-step_{int(step):06d}.parquet", frame)
+
+    def truncate_after(self, step: int) -> None:
+        """Forget rows of steps after `step` (resume)."""
+        if self.parts.is_dir():
+            for path in self.parts.iterdir():
+                match = _PART.match(path.name)
+                if match and int(match.group(1)) > int(step):
+                    path.unlink()
+        compacted = self.run_dir / ROLLOUTS_FILE
+        if compacted.exists():
+            frame = pd.read_parquet(compacted)
+            if (frame["step"] > int(step)).any():
+                _write_parquet(compacted, frame[frame["step"] <= int(step)].reset_index(drop=True))
+
+    def compact(self) -> Path:
+        """Merge the part files into rollouts.parquet (end of run) and remove them."""
+        frame = read_rollouts(self.run_dir)
+        target = self.run_dir / ROLLOUTS_FILE
+        _write_parquet(target, frame)
+        if self.parts.is_dir():
+            for path in self.parts.iterdir():
+                if _PART.match(path.name):
+                    path.unlink()
+            self.parts.rmdir() if not any(self.parts.iterdir()) else None
+        return target
+
+
+def read_rollouts(run_dir: str | os.PathLike) -> pd.DataFrame:
+    """All rollout rows of a run (compacted file plus any part files), by step."""
+    run_dir = Path(run_dir)
+    frames = []
+    if (run_dir / ROLLOUTS_FILE).exists():
+        frames.append(pd.read_parquet(run_dir / ROLLOUTS_FILE))
+    parts = run_dir / ROLLOUT_PARTS
+    if parts.is_dir():
+        for path in sorted(parts.iterdir()):
+            if _PART.match(path.name):
+                frames.append(pd.read_parquet(path))
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in ROLLOUT_COLUMNS})
+    frame = pd.concat(frames, ignore_index=True)
+    frame = frame.drop_duplicates(subset=["step", "prompt_id"], keep="last")
+    return frame.sort_values(["step"], kind="stable").reset_index(drop=True)
+
+
+# --- eval results ------------------------------------------------------------
+
+
+def append_eval_rows(run_dir: str | os.PathLike, rows: list[dict]) -> pd.DataFrame:
+    """Add eval results; a (checkpoint, benchmark) pair evaluated again replaces its row."""
+    path = Path(run_dir) / EVALS_FILE
+    new = _typed(pd.DataFrame(rows), EVAL_COLUMNS)
+    missing = [c for c in EVAL_COLUMNS if c not in new]
+    if missing:
+        raise LzeBenchError(f"eval rows lack columns: {', '.join(missing)}")
+    old = pd.read_parquet(path) if path.exists() else None
+    frame = new if old is None else pd.concat([old, new], ignore_index=True)
+    frame = frame.drop_duplicates(subset=["checkpoint", "benchmark"], keep="last")
+    frame = frame.sort_values(["step", "benchmark"], kind="stable").reset_index(drop=True)
+    _write_parquet(path, frame)
+    return frame
+
+
+def read_evals(run_dir: str | os.PathLike) -> pd.DataFrame:
+    path = Path(run_dir) / EVALS_FILE
+    if not path.exists():
+        return _empty(EVAL_COLUMNS)
+    return _typed(pd.read_parquet(path), EVAL_COLUMNS)
+
+
+def zero_variance_fraction(rewards: np.ndarray) -> float:
+    """Fraction of groups (rows of float[G, n]) whose rewards are all equal."""
+    rewards = np.asarray(rewards)
+    if rewards.size == 0:
+        return float("nan")
+    return float(np.mean(rewards.max(axis=1) <= rewards.min(axis=1)))

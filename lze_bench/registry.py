@@ -1,0 +1,46 @@
+"""Plug-ins by name: selectors, backends, tasks, benchmarks, bench commands.
+
+The names are public: configs, the CLI, ledgers and plot legends all use them,
+so one name maps to one module and one config option.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from lze_bench.errors import LzeBenchError
+
+
+class Registry(dict):
+    """A dict from name to plug-in whose missing keys raise one helpful line."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind
+
+    def add(self, name: str):
+        def remember(obj):
+            if name in self:
+                raise ValueError(f"two {self.kind}s named {name!r}")
+            self[name] = obj
+            return obj
+
+        return remember
+
+    def __missing__(self, name):
+        raise LzeBenchError(unknown_choice(self.kind, name, self))
+
+
+def unknown_choice(kind: str, name: str, choices) -> str:
+    """One line: the unknown value, the closest valid one, and all valid ones."""
+    names = sorted(str(c) for c in choices)
+    near = difflib.get_close_matches(str(name), names, n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return f"unknown {kind} {name!r}{hint} (choices: {', '.join(names) or 'none'})"
+
+
+SELECTORS = Registry("selector")
+BACKENDS = Registry("backend")
+TASKS = Registry("task")
+BENCHMARKS = Registry("benchmark")  # evaluation datasets (gsm8k, math500, ...)
+BENCH_COMMANDS = Registry("bench command")  # `lze-bench bench NAME`

@@ -1,0 +1,153 @@
+"""Run directories: names, atomic writes, the DONE marker and the resume point.
+
+Layout (design.md "The run directory"):
+
+    <run_dir>/
+      config.yaml            resolved config + package version + git commit
+      ledger.parquet         one row per training step (lze_bench.ledger)
+      rollouts.parquet       one row per rolled-out prompt per step
+      selector_state/step_000100.npz
+      checkpoints/step_000100/   a Hugging Face model directory (+ trainer_state.pt)
+      evals/<checkpoint>/<benchmark>.jsonl and summary.json
+      DONE                   written last; a run without it is resumable
+
+Every file is written to a temporary name in the same folder and renamed, so a
+killed run never leaves a half-written file. A finished run (DONE present) is
+never overwritten: starting it again is an error that says what to do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from lze_bench.errors import LzeBenchError
+
+DONE = "DONE"
+CONFIG = "config.yaml"
+CHECKPOINTS = "checkpoints"
+SELECTOR_STATE = "selector_state"
+EVALS = "evals"
+_STEP_DIR = re.compile(r"^step_(\d{6,})$")
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+def _json_default(obj):
+    import numpy as np
+
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def config_hash(cfg_container: dict) -> str:
+    """A short stable hash of a resolved config (without run_dir, which names it)."""
+    data = {k: v for k, v in cfg_container.items() if k not in ("run_dir",)}
+    blob = json.dumps(data, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:10]
+
+
+def default_run_dir(cfg_container: dict, root: str | os.PathLike = "runs") -> Path:
+    """`runs/<selector>-<backend>-<model>-s<seed>-<confighash>`: readable and collision-free."""
+    selector = _name_of(cfg_container.get("selector"), "selector")
+    backend = _name_of(cfg_container.get("backend"), "backend")
+    model = _name_of(cfg_container.get("model"), "model")
+    seed = cfg_container.get("seed", 0)
+    return Path(root) / f"{selector}-{backend}-{model}-s{seed}-{config_hash(cfg_container)}"
+
+
+def _name_of(node, default: str) -> str:
+    if isinstance(node, dict):
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(node.get("name", default)))
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(node or default))
+
+
+def git_commit() -> str | None:
+    """The commit of the lze-bench checkout, or None when not in a git repository."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def is_done(run_dir: str | os.PathLike) -> bool:
+    return (Path(run_dir) / DONE).exists()
+
+
+def mark_done(run_dir: str | os.PathLike, summary: dict | None = None) -> None:
+    atomic_write_json(Path(run_dir) / DONE, summary or {})
+
+
+def refuse_finished(run_dir: str | os.PathLike) -> None:
+    """Raise when a run directory is finished: never overwrite one silently."""
+    if is_done(run_dir):
+        raise LzeBenchError(
+            f"run_dir {str(run_dir)!r} holds a finished run (DONE exists); "
+            "pass a new run_dir=PATH, or delete that directory to redo it"
+        )
+
+
+def checkpoint_dir(run_dir: str | os.PathLike, step: int) -> Path:
+    return Path(run_dir) / CHECKPOINTS / f"step_{int(step):06d}"
+
+
+def selector_state_path(run_dir: str | os.PathLike, step: int) -> Path:
+    return Path(run_dir) / SELECTOR_STATE / f"step_{int(step):06d}.npz"
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """Complete checkpoints (step, path), oldest first. A checkpoint is complete
+    when its `COMPLETE` marker exists (written last by the backend)."""
+    root = Path(run_dir) / CHECKPOINTS
+    found = []
+    if root.is_dir():
+        for child in root.iterdir():
+            match = _STEP_DIR.match(child.name)
+            if match and (child / "COMPLETE").exists():
+                found.append((int(match.group(1)), child))
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> tuple[int, Path] | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def mark_checkpoint_complete(path: str | os.PathLike) -> None:
+    atomic_write_text(Path(path) / "COMPLETE", "")

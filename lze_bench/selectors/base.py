@@ -1,0 +1,241 @@
+"""The selector interface shared by every backend (selectors.md §0).
+
+A selector is a small object whose state is dense NumPy arrays indexed by
+prompt id (length `num_prompts`, known at construction) plus a few scalars.
+Every decision is a vectorized function of that state and of the batch; all
+randomness comes from the `rng` the harness passes in (`step_rng`), so a
+selector never owns an RNG and is deterministic for a seed.
+
+Backends call selectors; selectors import only NumPy (and this package's
+errors/registry), never a backend or torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar
+
+import numpy as np
+
+from lze_bench.errors import LzeBenchError
+
+# rng call tags (selectors.md §0): rng = default_rng([seed, step, TAG(, round)])
+TAG_SELECT_ROLLOUT = 0
+TAG_SELECT_UPDATE = 1
+TAG_BEGIN_EPOCH = 2
+TAG_PROBE = 3
+
+EXTRA_FIELDS = ("response_entropy", "prompt_entropy", "prompt_embedding")
+
+# FeatureFn(name, ids) -> array: lazily computes an extra ("prompt_entropy" ->
+# float[m], "prompt_embedding" -> float[m, d]) for candidate ids; the backend
+# charges its FLOPs to the ledger as flops_select.
+FeatureFn = Callable[[str, np.ndarray], np.ndarray]
+
+
+class SelectorExhausted(LzeBenchError):
+    """DAPO with on_exhaust="error": the generation cap was hit before the batch filled."""
+
+
+def step_rng(seed: int, step: int, tag: int, round_index: int = 0) -> np.random.Generator:
+    """The harness's rng for one selector call; rounds >= 1 append the round index."""
+    key = [int(seed), int(step), int(tag)]
+    if round_index >= 1:
+        key.append(int(round_index))
+    return np.random.default_rng(key)
+
+
+def top_k(key: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest keys; ties by ascending position (stable).
+
+    `-inf` keys sort last but are returned if k asks for them; callers that
+    must never choose them cap k at the number of finite keys.
+    """
+    key = np.asarray(key, dtype=np.float64)
+    order = np.lexsort((np.arange(key.size), -key))
+    return order[: max(0, int(k))]
+
+
+@dataclass
+class RolloutBatch:
+    """Rolled-out groups, one row per prompt (design.md "The rollout batch").
+
+    prompt_ids        int64[G]
+    rewards           float32[G, n]   the one grading function's verdicts (0/1)
+    step              training step the groups were generated at
+    response_tokens   int32[G, n]     generated tokens per response (optional)
+    prompt_tokens     int32[G]        prompt length in tokens (optional)
+    response_entropy  float32[G, n]   mean token entropy per response (optional)
+    prompt_entropy    float32[G]      mean next-token entropy over the prompt (optional)
+    prompt_embedding  float32[G, d]   (optional)
+    """
+
+    prompt_ids: np.ndarray
+    rewards: np.ndarray
+    step: int
+    response_tokens: np.ndarray | None = None
+    prompt_tokens: np.ndarray | None = None
+    response_entropy: np.ndarray | None = None
+    prompt_entropy: np.ndarray | None = None
+    prompt_embedding: np.ndarray | None = None
+
+    def __post_init__(self):
+        self.prompt_ids = np.asarray(self.prompt_ids, dtype=np.int64).reshape(-1)
+        self.rewards = np.asarray(self.rewards, dtype=np.float32)
+        groups = self.prompt_ids.size
+        if self.rewards.ndim != 2 or self.rewards.shape[0] != groups:
+            raise LzeBenchError(
+                f"RolloutBatch.rewards must have shape [G, n] with G={groups} prompts; "
+                f"got {self.rewards.shape}"
+            )
+        if np.unique(self.prompt_ids).size != groups:
+            raise LzeBenchError("RolloutBatch.prompt_ids has duplicate prompt ids; one group per prompt per batch")
+        if not np.all(np.isfinite(self.rewards)):
+            raise LzeBenchError("RolloutBatch.rewards contains NaN or inf; grade every response to a number")
+        self._check_rows("response_tokens", 2)
+        self._check_rows("prompt_tokens", 1)
+        self._check_rows("response_entropy", 2)
+        self._check_rows("prompt_entropy", 1)
+        self._check_rows("prompt_embedding", 2)
+
+    def _check_rows(self, name: str, ndim: int) -> None:
+        value = getattr(self, name)
+        if value is None:
+            return
+        value = np.asarray(value)
+        if value.ndim != ndim or value.shape[0] != self.prompt_ids.size:
+            raise LzeBenchError(
+                f"RolloutBatch.{name} must have {ndim} dims and one row per group "
+                f"({self.prompt_ids.size}); got shape {value.shape}"
+            )
+        setattr(self, name, value)
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.prompt_ids.size)
+
+    @property
+    def group_size(self) -> int:
+        return int(self.rewards.shape[1])
+
+    @property
+    def pass_rate(self) -> np.ndarray:
+        """float64[G]: mean reward of each group."""
+        return self.rewards.mean(axis=1, dtype=np.float64)
+
+    @property
+    def zero_variance(self) -> np.ndarray:
+        """bool[G]: groups whose rewards are all equal (zero GRPO advantage)."""
+        return self.rewards.max(axis=1) <= self.rewards.min(axis=1)
+
+    def subset(self, mask_or_index: np.ndarray) -> "RolloutBatch":
+        """The same batch restricted to some groups (a bool mask or indices)."""
+        pick = np.asarray(mask_or_index)
+        values = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            values[f.name] = value if (f.name == "step" or value is None) else value[pick]
+        return RolloutBatch(**values)
+
+
+@dataclass
+class UpdateDecision:
+    """What `select_update` returns (selectors.md §0).
+
+    keep     bool[G]      which groups of this batch reach the actor update
+    more     int >= 0     how many more prompts to roll out before updating (DAPO)
+    replay   int64[R, 2]  (prompt_id, gen_step) keys of stored groups to add (ASTRAL)
+    partial  bool         the selector wanted more but its generation cap was hit
+    """
+
+    keep: np.ndarray
+    more: int = 0
+    replay: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
+    partial: bool = False
+
+    def __post_init__(self):
+        self.keep = np.asarray(self.keep, dtype=bool).reshape(-1)
+        self.more = int(self.more)
+        self.replay = np.asarray(self.replay, dtype=np.int64).reshape(-1, 2)
+        if self.more < 0:
+            raise ValueError(f"UpdateDecision.more must be >= 0, got {self.more}")
+
+    @classmethod
+    def keep_all(cls, num_groups: int) -> "UpdateDecision":
+        return cls(keep=np.ones(num_groups, dtype=bool))
+
+
+class Selector:
+    """Base class with the protocol's defaults (selectors.md §0).
+
+    Subclasses set `Config` (a dataclass whose defaults carry their source),
+    `requires` and `candidate_mode`, and implement `select_rollout`,
+    `observe` and `select_update`. State is whatever `state_dict` returns:
+    NumPy arrays and Python scalars that `np.savez` round-trips exactly.
+
+    Construction: `Cls(config, num_prompts=N, batch_size=B)`; `batch_size` is
+    the harness's prompts per actor update (DAPO's train_batch_size default).
+    """
+
+    Config: ClassVar[type]
+    name: ClassVar[str] = "base"
+    requires: ClassVar[tuple[str, ...]] = ()
+    candidate_mode: ClassVar[str] = "stream"  # "stream" | "full"
+
+    def __init__(self, config=None, *, num_prompts: int, batch_size: int | None = None):
+        if int(num_prompts) <= 0:
+            raise LzeBenchError(f"num_prompts must be > 0, got {num_prompts}")
+        self.config = config if config is not None else self.Config()
+        self.num_prompts = int(num_prompts)
+        self.batch_size = None if batch_size is None else int(batch_size)
+
+    # --- protocol defaults -------------------------------------------------
+    def begin_epoch(self, epoch: int, rng: np.random.Generator) -> None:
+        return None
+
+    def probe(self, step: int, rng: np.random.Generator) -> np.ndarray | None:
+        return None
+
+    def observe_probe(self, batch: RolloutBatch) -> None:
+        return None
+
+    def select_rollout(self, candidate_ids, budget, step, rng, features: FeatureFn | None = None):
+        raise NotImplementedError
+
+    def observe(self, batch: RolloutBatch) -> None:
+        return None
+
+    def select_update(self, batch: RolloutBatch, step: int, rng) -> UpdateDecision:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        return None
+
+    def require_features(self, features: FeatureFn | None) -> FeatureFn:
+        """The backend's FeatureFn, or a clear error when this selector needs one and got none."""
+        if features is None and self.requires:
+            raise LzeBenchError(
+                f"selector {self.name!r} needs {', '.join(self.requires)} from the backend, which provided none"
+            )
+        return features
+
+
+class StatelessSelector(Selector):
+    """A selector without per-prompt state (uniform)."""
+
+
+def save_state(path, state: dict) -> None:
+    """Write a selector state dict with np.savez (exact round trip of arrays and scalars)."""
+    arrays = {key: np.asarray(value) for key, value in state.items()}
+    with open(path, "wb") as handle:
+        np.savez(handle, **arrays)
+
+
+def load_state(path) -> dict:
+    """Read a state written by `save_state`; 0-d arrays come back as Python scalars."""
+    with np.load(path, allow_pickle=False) as data:
+        return {key: (data[key].item() if data[key].ndim == 0 else data[key].copy()) for key in data.files}
