@@ -73,8 +73,8 @@ def _json_default(obj):
 
 
 def config_hash(cfg_container: dict) -> str:
-    """A short stable hash of a resolved config (without run_dir, which names it)."""
-    data = {k: v for k, v in cfg_container.items() if k not in ("run_dir",)}
+    """A short stable hash of a resolved config (without run_dir, which names it, and launcher, which does not change the result)."""
+    data = {k: v for k, v in cfg_container.items() if k not in ("run_dir", "launcher")}
     blob = json.dumps(data, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:10]
 

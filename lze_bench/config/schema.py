@@ -119,12 +119,14 @@ class TrainConfig:
             {"backend": "local"},
             {"model": "tiny"},
             {"task": "synthetic"},
+            {"launcher": "local"},
         ]
     )
     selector: Any = MISSING
     backend: Any = MISSING
     model: ModelConfig = MISSING
     task: Any = MISSING
+    launcher: Any = MISSING  # where `sweep` runs this job; `train backend=openrlhf --dry-run` prints its script
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     data: DataConfig = field(default_factory=DataConfig)
     seed: int = 0
