@@ -1,0 +1,113 @@
+"""The ledger and run directory files that every report reads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lze_bench import rundir
+from lze_bench.errors import LzeBenchError
+from lze_bench.ledger import (
+    LEDGER_COLUMNS,
+    Ledger,
+    RolloutLog,
+    append_eval_rows,
+    read_evals,
+    read_ledger,
+    read_rollouts,
+)
+
+
+def _row(step: int, **extra) -> dict:
+    row = {name: 0 for name, dtype in LEDGER_COLUMNS.items() if dtype == "int64"}
+    row.update({name: 0.0 for name, dtype in LEDGER_COLUMNS.items() if dtype == "float64"})
+    row.update(step=step, partial=False, flops_rollout=10 * (step + 1), flops_logprob=5, flops_train=30,
+               time_step_s=1.5)
+    for key in ("flops_total", "cum_flops", "cum_time_s", "heldout_accuracy"):
+        row.pop(key)
+    row.update(extra)
+    return row
+
+
+def test_ledger_fills_totals_and_cumulative_columns(tmp_path):
+    ledger = Ledger(tmp_path)
+    ledger.append(_row(0))
+    ledger.append(_row(1, heldout_accuracy=0.5))
+    frame = read_ledger(tmp_path)
+    assert frame["flops_total"].tolist() == [45, 55]
+    assert frame["cum_flops"].tolist() == [45.0, 100.0]
+    assert frame["cum_time_s"].tolist() == [1.5, 3.0]
+    assert np.isnan(frame["heldout_accuracy"].iloc[0]) and frame["heldout_accuracy"].iloc[1] == 0.5
+    assert set(LEDGER_COLUMNS) <= set(frame.columns)
+
+
+def test_ledger_refuses_duplicate_steps_and_missing_columns(tmp_path):
+    ledger = Ledger(tmp_path)
+    ledger.append(_row(0))
+    with pytest.raises(LzeBenchError, match="duplicate step 0"):
+        ledger.append(_row(0))
+    incomplete = _row(1)
+    del incomplete["samples"]
+    with pytest.raises(LzeBenchError, match="samples"):
+        ledger.append(incomplete)
+
+
+def test_resume_truncates_ledger_and_rollouts_after_checkpoint(tmp_path):
+    ledger, log = Ledger(tmp_path), RolloutLog(tmp_path)
+    for step in range(4):
+        ledger.append(_row(step))
+        log.append(step, [{"step": step, "prompt_id": step, "rewards": [1.0, 0.0], "response_tokens": [3, 4],
+                           "kept": True}])
+    reopened = Ledger(tmp_path)
+    reopened.truncate_after(1)
+    RolloutLog(tmp_path).truncate_after(1)
+    assert read_ledger(tmp_path)["step"].tolist() == [0, 1]
+    assert read_rollouts(tmp_path)["step"].tolist() == [0, 1]
+    reopened.append(_row(2))  # continues without a gap or a duplicate
+    assert read_ledger(tmp_path)["step"].tolist() == [0, 1, 2]
+    assert read_ledger(tmp_path)["cum_flops"].iloc[-1] == pytest.approx(45 + 55 + 65)
+
+
+def test_rollout_parts_compact_into_one_file(tmp_path):
+    log = RolloutLog(tmp_path)
+    for step in range(3):
+        log.append(step, pd.DataFrame({"step": [step, step], "prompt_id": [2 * step, 2 * step + 1],
+                                       "rewards": [[1.0], [0.0]], "response_tokens": [[5], [6]],
+                                       "kept": [True, False]}))
+    log.compact()
+    assert (tmp_path / "rollouts.parquet").exists() and not (tmp_path / "rollouts").exists()
+    frame = read_rollouts(tmp_path)
+    assert frame["prompt_id"].tolist() == [0, 1, 2, 3, 4, 5]
+    assert frame["kept"].tolist() == [True, False] * 3
+
+
+def test_eval_rows_replace_same_checkpoint_and_benchmark(tmp_path):
+    base = dict(step=10, checkpoint="step_000010", benchmark="gsm8k", num_problems=5, samples_per_problem=1,
+                accuracy=0.2, ci_low=0.0, ci_high=0.5, pass_at_k=0.2, maj_at_k=0.2, k=1)
+    append_eval_rows(tmp_path, [base])
+    append_eval_rows(tmp_path, [dict(base, accuracy=0.4), dict(base, benchmark="amc23", accuracy=0.0)])
+    frame = read_evals(tmp_path)
+    assert sorted(zip(frame["benchmark"], frame["accuracy"])) == [("amc23", 0.0), ("gsm8k", 0.4)]
+
+
+def test_finished_run_is_never_overwritten(tmp_path):
+    rundir.refuse_finished(tmp_path)  # not finished: fine
+    rundir.mark_done(tmp_path, {"steps": 3})
+    with pytest.raises(LzeBenchError, match="finished run"):
+        rundir.refuse_finished(tmp_path)
+
+
+def test_only_complete_checkpoints_are_listed(tmp_path):
+    for step in (5, 10):
+        rundir.checkpoint_dir(tmp_path, step).mkdir(parents=True)
+    rundir.mark_checkpoint_complete(rundir.checkpoint_dir(tmp_path, 5))
+    assert [step for step, _ in rundir.list_checkpoints(tmp_path)] == [5]
+    assert rundir.latest_checkpoint(tmp_path)[0] == 5
+
+
+def test_config_hash_ignores_run_dir_and_launcher():
+    base = {"seed": 0, "selector": {"name": "lze"}, "run_dir": "a", "launcher": {"name": "local"}}
+    same = dict(base, run_dir="b", launcher={"name": "slurm"})
+    other = dict(base, seed=1)
+    assert rundir.config_hash(base) == rundir.config_hash(same) != rundir.config_hash(other)
