@@ -30,8 +30,10 @@ EXTRA_FIELDS = ("response_entropy", "prompt_entropy", "prompt_embedding")
 
 # FeatureFn(name, ids) -> array: lazily computes an extra ("prompt_entropy" ->
 # float[m], "prompt_embedding" -> float[m, d]) for candidate ids; the backend
-# charges its FLOPs to the ledger as flops_select.
-FeatureFn = Callable[[str, np.ndarray], np.ndarray]
+# charges its FLOPs to the ledger as flops_select. It may return None for an
+# extra it cannot provide at all (a replayed log without that column); the
+# selector then uses the fallback selectors.md §8 names.
+FeatureFn = Callable[[str, np.ndarray], "np.ndarray | None"]
 
 
 class SelectorExhausted(LzeBenchError):
@@ -52,9 +54,70 @@ def top_k(key: np.ndarray, k: int) -> np.ndarray:
     `-inf` keys sort last but are returned if k asks for them; callers that
     must never choose them cap k at the number of finite keys.
     """
-    key = np.asarray(key, dtype=np.float64)
-    order = np.lexsort((np.arange(key.size), -key))
-    return order[: max(0, int(k))]
+    key = np.asarray(key, dtype=np.float64).reshape(-1)
+    k = min(max(0, int(k)), key.size)
+    chosen = np.flatnonzero(top_k_mask(key, k))  # O(m) partition, then sort only the k chosen
+    return chosen[np.lexsort((chosen, -key[chosen]))]
+
+
+def top_k_mask(key: np.ndarray, k: int) -> np.ndarray:
+    """bool[m]: the same k entries `top_k` picks (ties by ascending position), in O(m).
+
+    Finds the k-th largest value with a partition, takes every key above it,
+    then the first positions among the keys equal to it. NaN keys are an error.
+    """
+    key = np.asarray(key).reshape(-1)
+    m = key.size
+    k = min(max(0, int(k)), m)
+    mask = np.zeros(m, dtype=bool)
+    if k == 0:
+        return mask
+    if k == m:
+        mask[:] = True
+        return mask
+    if np.isnan(key).any():
+        raise ValueError("top_k: keys contain NaN")
+    kth = np.partition(key, m - k)[m - k]
+    np.greater(key, kth, out=mask)
+    need = k - int(np.count_nonzero(mask))
+    mask[np.flatnonzero(key == kth)[:need]] = True
+    return mask
+
+
+def group_stats(rewards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(pass rate float64[G], varied bool[G]) of rewards float32[G, n], fast at 10^6 groups.
+
+    `varied` = some reward of the group differs from its first (max > min):
+    the group has a non-zero GRPO advantage. NumPy reductions along a short
+    last axis are slow (tens of ms at 10^6 x 8), so the sum goes through
+    einsum's single-threaded loop (no BLAS, so no thread-count dependence) and
+    the comparison mask is read 8 bytes at a time.
+    """
+    rewards = np.asarray(rewards, dtype=np.float32)
+    groups, n = rewards.shape
+    if n == 0:
+        raise LzeBenchError("rewards have zero responses per group; every group needs n >= 1")
+    sums = np.einsum("ij->i", rewards)  # float32: exact for 0/1 rewards up to 2^24 responses
+    pass_rate = sums.astype(np.float64) / n
+    differs = rewards != rewards[:, :1]  # bool[G, n]
+    width = -(-n // 8) * 8
+    if width != n:
+        padded = np.zeros((groups, width), dtype=bool)
+        padded[:, :n] = differs
+        differs = padded
+    words = differs.view(np.uint64)  # uint64[G, width / 8]
+    varied = words[:, 0] != 0
+    for column in range(1, words.shape[1]):
+        varied |= words[:, column] != 0
+    return pass_rate, varied
+
+
+def _has_duplicates(ids: np.ndarray) -> bool:
+    """Whether int ids repeat; O(G + max id) for dataset indices (np.unique sorts: slow at 10^6)."""
+    low, high = int(ids.min()), int(ids.max())
+    if low >= 0 and high < 4 * ids.size + 1024:
+        return bool(np.bincount(ids).max() > 1)
+    return np.unique(ids).size != ids.size
 
 
 @dataclass
@@ -89,7 +152,7 @@ class RolloutBatch:
                 f"RolloutBatch.rewards must have shape [G, n] with G={groups} prompts; "
                 f"got {self.rewards.shape}"
             )
-        if np.unique(self.prompt_ids).size != groups:
+        if groups and _has_duplicates(self.prompt_ids):
             raise LzeBenchError("RolloutBatch.prompt_ids has duplicate prompt ids; one group per prompt per batch")
         if not np.all(np.isfinite(self.rewards)):
             raise LzeBenchError("RolloutBatch.rewards contains NaN or inf; grade every response to a number")
@@ -208,6 +271,21 @@ class Selector:
 
     def select_update(self, batch: RolloutBatch, step: int, rng) -> UpdateDecision:
         raise NotImplementedError
+
+    def candidates_per_step(self, budget: int) -> int:
+        """How many candidates the backend offers `select_rollout` per step for `budget` = B prompts per update.
+
+        HIVE: ceil(pool_factor * B); DAPO: gen_batch_size (one generation round).
+        """
+        return int(budget)
+
+    def rollout_budget(self, budget: int) -> int:
+        """The `budget` to pass to `select_rollout` on a step's first round, for B prompts per update.
+
+        B for every selector but DAPO, which rolls out a whole generation round
+        (gen_batch_size, selectors.md §2). Later DAPO rounds pass `more`.
+        """
+        return int(budget)
 
     def state_dict(self) -> dict:
         return {}

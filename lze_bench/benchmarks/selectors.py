@@ -1,0 +1,165 @@
+"""`lze-bench bench selectors`: time one step of each selector at 10^4, 10^5 and 10^6 prompts.
+
+One step = `select_rollout` + `observe` + `select_update` on a pool of N
+prompts whose candidates are the whole pool (a seeded permutation) and
+whose batch is every prompt the selector rolls out (N groups for uniform,
+dapo, lze; N/2 for hive, whose budget is N / pool_factor; N/2 for astral).
+Rewards are 0/1 with each prompt's own random pass rate, `samples` per
+prompt. Before timing, `warmup` steps give every selector realistic
+per-prompt history, and the epoch is set to 1 so LZE takes its top-k path
+(Gumbel noise + partition), the expensive one. Building the RolloutBatch and
+the backend's feature computation (HIVE's prompt entropy, ASTRAL's
+embeddings) are not timed: the features are precomputed arrays.
+
+ASTRAL re-predicts every prompt at each round start, O(N * ref_size * d):
+it is reported as two rows, a round-start step and a mid-round step.
+Goal (issue 3): < 50 ms per step at 10^6 prompts on one core for the
+selectors that score recorded statistics (all but astral's round start).
+
+Options: sizes=10000,100000,1000000 repeats=3 samples=8 warmup=2
+selectors=NAME,NAME embed_dim=64 seed=0.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from lze_bench.benchmarks import BenchResult
+from lze_bench.errors import LzeBenchError
+from lze_bench.registry import BENCH_COMMANDS, SELECTORS
+
+GOAL_MS = 50.0
+
+
+def _ints(text: str, key: str) -> list[int]:
+    try:
+        return [int(float(item)) for item in text.split(",") if item]
+    except ValueError as exc:
+        raise LzeBenchError(f"bench selectors: {key}={text!r} must be integers separated by commas") from exc
+
+
+class Pool:
+    """A synthetic pool: per-prompt pass rates, prompt entropy and embeddings, seeded."""
+
+    def __init__(self, size: int, samples: int, embed_dim: int, seed: int):
+        rng = np.random.default_rng([seed, size])
+        self.size, self.samples, self.seed = size, samples, seed
+        self.pass_rate = rng.random(size).astype(np.float32)
+        self.entropy = rng.random(size).astype(np.float32)
+        self.embedding = rng.standard_normal((size, embed_dim), dtype=np.float32)
+        self.order = rng.permutation(size).astype(np.int64)
+
+    def features(self, name, ids):
+        return {"prompt_entropy": self.entropy, "prompt_embedding": self.embedding}[name][ids]
+
+    def rewards(self, ids: np.ndarray, step: int) -> np.ndarray:
+        draws = np.random.default_rng([self.seed, step, 99]).random((ids.size, self.samples), dtype=np.float32)
+        return (draws < self.pass_rate[ids, None]).astype(np.float32)
+
+
+def budget_for(name: str, size: int) -> int:
+    return size // 2 if name in ("hive", "astral") else size
+
+
+def make_selector(name: str, size: int):
+    cls = SELECTORS[name]
+    overrides = {"train_batch_size": size, "gen_batch_size": size} if name == "dapo" else {}
+    return cls(cls.Config(**overrides), num_prompts=size, batch_size=budget_for(name, size))
+
+
+def _clock() -> tuple[float, float]:
+    return time.process_time(), time.perf_counter()
+
+
+def one_step(sel, pool: Pool, step: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """CPU and wall seconds of (select_rollout, observe, select_update), and the batch size."""
+    from lze_bench.selectors.base import RolloutBatch, step_rng
+
+    probe = sel.probe(step, step_rng(pool.seed, step, 3))
+    if probe is not None:
+        sel.observe_probe(RolloutBatch(prompt_ids=probe, rewards=pool.rewards(probe, step), step=step))
+    if hasattr(sel, "begin_update"):
+        sel.begin_update()
+    rng0, rng1 = step_rng(pool.seed, step, 0), step_rng(pool.seed, step, 1)
+    t0 = _clock()
+    ids = sel.select_rollout(pool.order, budget_for(sel.name, pool.size), step, rng0, pool.features)
+    t1 = _clock()
+    batch = RolloutBatch(prompt_ids=ids, rewards=pool.rewards(ids, step), step=step)  # not timed: backend work
+    t2 = _clock()
+    sel.observe(batch)
+    t3 = _clock()
+    sel.select_update(batch, step, rng1)
+    t4 = _clock()
+    spans = np.array([[b[0] - a[0], b[1] - a[1]] for a, b in ((t0, t1), (t2, t3), (t3, t4))])
+    return spans[:, 0], spans[:, 1], int(ids.size)
+
+
+def bench_one(name: str, pool: Pool, warmup: int, repeats: int) -> list[dict]:
+    from lze_bench.selectors.base import step_rng
+
+    sel = make_selector(name, pool.size)
+    for step in range(warmup):
+        one_step(sel, pool, step)
+    sel.begin_epoch(1, step_rng(pool.seed, warmup, 2))
+    kinds = {"": []} if name != "astral" else {":start": [], ":mid": []}  # round start / mid round
+    step = warmup + (warmup % 2 if name == "astral" else 0)
+    while min(len(v) for v in kinds.values()) < repeats:
+        label = "" if name != "astral" else (":start" if step % sel.config.mu == 0 else ":mid")
+        kinds[label].append(one_step(sel, pool, step))
+        step += 1
+    rows = []
+    for label, times in kinds.items():
+        cpu = np.array([t[0] for t in times]) * 1e3  # ms[repeats, 3]
+        total = cpu.sum(axis=1)
+        best = int(np.argmin(total))
+        rows.append({
+            "selector": name + label, "prompts": pool.size, "batch": times[best][2],
+            "rollout": float(cpu[best, 0]), "observe": float(cpu[best, 1]),
+            "update": float(cpu[best, 2]), "step": float(total[best]),
+            "median": float(np.median(total)), "wall": float(times[best][1].sum() * 1e3),
+            "ns/prompt": float(total[best] * 1e6 / pool.size),
+        })
+    return rows
+
+
+@BENCH_COMMANDS.add("selectors")
+def bench_selectors(options: dict[str, str]) -> BenchResult:
+    from rich.progress import Progress
+
+    import lze_bench.selectors  # noqa: F401  (registers every selector)
+
+    sizes = _ints(options.get("sizes", "10000,100000,1000000"), "sizes")
+    repeats = max(1, int(options.get("repeats", "3")))
+    warmup = max(0, int(options.get("warmup", "2")))
+    samples = max(1, int(options.get("samples", "8")))
+    embed_dim = max(1, int(options.get("embed_dim", "64")))
+    seed = int(options.get("seed", "0"))
+    names = [n for n in options.get("selectors", ",".join(sorted(SELECTORS))).split(",") if n]
+    for name in names:
+        SELECTORS[name]  # unknown names fail here, in one line
+    rows = []
+    with Progress(transient=True) as progress:
+        task = progress.add_task("selectors", total=len(sizes) * len(names))
+        for size in sizes:
+            pool = Pool(size, samples, embed_dim, seed)
+            for name in names:
+                progress.update(task, description=f"{name} @ {size:,} prompts")
+                rows += bench_one(name, pool, warmup, repeats)
+                progress.advance(task)
+    for row in rows:  # the goal applies at 10^6 prompts to selectors scoring recorded statistics
+        row["<50ms"] = "-" if row["prompts"] < 10**6 or row["selector"] == "astral:start" else (
+            "yes" if row["step"] < GOAL_MS else "no")
+    notes = [
+        "times in ms of process CPU time (time.process_time: the cost on one core, robust to a shared "
+        "machine's time slicing); 'median' over repeats; 'wall' is the best step's wall-clock time",
+        f"one step = select_rollout + observe + select_update; best of {repeats} after {warmup} warm-up steps "
+        f"(epoch 1: LZE's top-k path); {samples} samples per prompt; candidates = the whole pool; "
+        "batch = prompts rolled out (hive and astral roll out half: their budget is N/2)",
+        "not timed: building the RolloutBatch and computing features (backend work)",
+        f"astral:start = a round-start step (re-predicts all N prompts, O(N * ref_size * d), ref_size=256, "
+        f"d={embed_dim}); astral:mid = the other steps of a round",
+        "single-threaded NumPy for all but astral's similarity matmul (BLAS may use every core)",
+    ]
+    return BenchResult(title="selector time per step (best of repeats)", rows=rows, notes=notes)

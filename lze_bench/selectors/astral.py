@@ -1,0 +1,187 @@
+"""ASTRAL: difficulty-targeted online selection (DOTS) plus rollout replay (RR) (selectors.md §3).
+
+Source: github ASTRAL-Group/data-efficient-llm-rl at 59df918
+(`ray_trainer_teacher_replay.py`, `teacher_utils.py`,
+`final_ds_teacher_replay.sh`); paper arXiv 2506.05316 (abstract only).
+
+Every `mu` steps (a round) the selector probes `ref_size` random prompts, predicts
+every prompt's pass rate `p_hat` from that reference set
+(`astral_predict.kernel_predict`), draws `mu * B_fresh` prompts without
+replacement from `softmax(-|p_hat - alpha| / tau)`, shuffles them and rolls
+out one slice of `B_fresh` per step (returned in that shuffled order, not
+candidate order). Every fresh group is kept; from round 1 on each step also
+replays `floor((1 - sigma) * budget)` groups drawn uniformly from a small
+deduplicated buffer of earlier groups (`UpdateDecision.replay` keys).
+
+Choices where the spec is open (ours):
+* rounds are `step // mu`; the round's draw happens on its first
+  `select_rollout` call, so a run that starts or resumes mid-round still draws;
+* restricted candidates (fewer than all N ids, e.g. the replay of a log):
+  each step draws its own `B_fresh` prompts from its candidates with the
+  current round's reference set, returned in candidate order;
+* no reference set yet, or a FeatureFn that has no embeddings (a replayed log
+  without them, spec §8): `p_hat` = the prompt's last observed pass rate, else
+  the mean observed pass rate so far, else `alpha` (`last_p` is kept for this);
+* the replay draw is always `rng.permutation(len(pool))[:R]` (a pool smaller
+  than R is replayed whole, in that drawn order);
+* `predictor="checkpoint"` (a trained ASTRAL head) needs a backend that
+  ships one; none does yet, so it fails at construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lze_bench.config.schema import require
+from lze_bench.errors import LzeBenchError
+from lze_bench.registry import SELECTORS
+from lze_bench.selectors.astral_predict import dots_draw, kernel_predict
+from lze_bench.selectors.base import Selector, UpdateDecision, group_stats
+
+_ARRAYS = ("ref_ids", "y_ref", "round_ids", "buf_pid", "buf_step", "pool_pid", "pool_step", "last_p")
+_SCALARS = ("drawn_round", "round_fresh", "budget", "revealed_sum", "revealed_count")
+
+
+@dataclass
+class AstralConfig:
+    name: str = "astral"
+    alpha: float = 0.5  # target pass rate; final_ds_teacher_replay.sh ALPHA=0.5
+    tau: float = 1e-3  # softmax temperature; same script TAU=1e-3
+    mu: int = 2  # steps per selection round; same script MU=2
+    sigma: float = 0.5  # fresh fraction after round 0; same script SIGMA=0.5
+    ref_size: int = 256  # reference prompts probed per round; same script +data.ref_size=256
+    buffer_size: int = 512  # replay buffer (groups); same script BUFFER_SIZE=512
+    replay_strategy: str = "random"  # same script + select_buffer ("teacher" is unimplemented in the original)
+    predictor: str = "kernel"  # ours (original: a learned head); "checkpoint" needs a trained head
+    t_att: float = 0.1  # ours (original learned head: 1.0)
+
+    def __post_init__(self):
+        require(0 <= self.alpha <= 1, "selector.alpha", f"must be in [0, 1], got {self.alpha}")
+        require(self.tau > 0, "selector.tau", f"must be > 0, got {self.tau}")
+        require(self.mu >= 1, "selector.mu", f"must be >= 1, got {self.mu}")
+        require(0 <= self.sigma <= 1, "selector.sigma", f"must be in [0, 1], got {self.sigma}")
+        require(self.ref_size >= 1, "selector.ref_size", f"must be >= 1, got {self.ref_size}")
+        require(self.buffer_size >= 0, "selector.buffer_size", f"must be >= 0, got {self.buffer_size}")
+        require(self.replay_strategy == "random", "selector.replay_strategy",
+                "only 'random' exists (the original's 'teacher' is unimplemented)")
+        require(self.predictor in ("kernel", "checkpoint"), "selector.predictor", "use 'kernel' or 'checkpoint'")
+        require(self.t_att > 0, "selector.t_att", f"must be > 0, got {self.t_att}")
+
+
+def newest_per_prompt(pid: np.ndarray, step: np.ndarray, num_prompts: int) -> tuple[np.ndarray, np.ndarray]:
+    """The buffer with only each prompt's most recent entry, order preserved (O(len + N))."""
+    if pid.size == 0:
+        return pid, step
+    last = np.full(num_prompts, -1, dtype=np.int64)
+    np.maximum.at(last, pid, np.arange(pid.size))
+    keep = last[pid] == np.arange(pid.size)
+    return pid[keep], step[keep]
+
+
+@SELECTORS.add("astral")
+class AstralSelector(Selector):
+    """ASTRAL: draw prompts predicted near pass rate alpha each round; replay recent groups."""
+
+    Config = AstralConfig
+    name = "astral"
+    requires = ("prompt_embedding",)
+    candidate_mode = "full"
+
+    def __init__(self, config=None, *, num_prompts: int, batch_size: int | None = None):
+        super().__init__(config, num_prompts=num_prompts, batch_size=batch_size)
+        if self.config.predictor == "checkpoint":
+            raise LzeBenchError(
+                "selector.predictor: no backend provides a trained ASTRAL head yet; use predictor=kernel"
+            )
+        empty = np.zeros(0, dtype=np.int64)
+        self.ref_ids, self.y_ref, self.round_ids = empty, np.zeros(0), empty
+        self.buf_pid, self.buf_step, self.pool_pid, self.pool_step = empty, empty, empty, empty
+        self.last_p = np.full(self.num_prompts, np.nan)  # float64[N], NaN = never observed
+        self.drawn_round, self.round_fresh = -1, 0
+        self.budget = -1 if batch_size is None else int(batch_size)  # -1: not known yet
+        self.revealed_sum, self.revealed_count = 0.0, 0
+
+    # --- forward -------------------------------------------------------------
+    def fresh_count(self, round_index: int, budget: int) -> int:
+        return int(budget) if round_index == 0 else int(np.floor(self.config.sigma * budget))
+
+    def probe(self, step, rng):
+        if int(step) % self.config.mu != 0:
+            return None
+        return rng.choice(self.num_prompts, min(self.config.ref_size, self.num_prompts), replace=False).astype(np.int64)
+
+    def observe_probe(self, batch):
+        self.ref_ids = batch.prompt_ids.copy()
+        self.y_ref = batch.pass_rate
+
+    def predict(self, ids: np.ndarray, features) -> np.ndarray:
+        """p_hat float64[m] for prompt ids (kernel over the reference set, else observed history)."""
+        if self.ref_ids.size:
+            emb = features("prompt_embedding", ids)
+            if emb is not None:
+                return kernel_predict(emb, features("prompt_embedding", self.ref_ids), self.y_ref, self.config.t_att)[1]
+        prior = self.revealed_sum / self.revealed_count if self.revealed_count else self.config.alpha
+        last = self.last_p[ids]
+        return np.where(np.isnan(last), prior, last)
+
+    def select_rollout(self, candidate_ids, budget, step, rng, features=None):
+        features = self.require_features(features)
+        candidates = np.asarray(candidate_ids, dtype=np.int64).reshape(-1)
+        self.budget = max(0, int(budget))
+        round_index, slot = divmod(int(step), self.config.mu)
+        fresh = self.fresh_count(round_index, self.budget)
+        cfg = self.config
+        if candidates.size != self.num_prompts:  # restricted candidates: one draw per step
+            chosen = dots_draw(self.predict(candidates, features), min(fresh, candidates.size), cfg.alpha, cfg.tau, rng)
+            return candidates[np.sort(chosen)]
+        if self.drawn_round != round_index:
+            count = min(cfg.mu * fresh, candidates.size)
+            drawn = candidates[dots_draw(self.predict(candidates, features), count, cfg.alpha, cfg.tau, rng)]
+            self.round_ids = drawn[rng.permutation(drawn.size)]
+            self.drawn_round, self.round_fresh = round_index, fresh
+        return self.round_ids[slot * self.round_fresh : (slot + 1) * self.round_fresh].copy()
+
+    # --- backward ------------------------------------------------------------
+    def observe(self, batch):
+        ids = batch.prompt_ids
+        p, _ = group_stats(batch.rewards)
+        self.last_p[ids] = p
+        self.revealed_sum += float(p.sum())
+        self.revealed_count += int(ids.size)
+        pid, stp = newest_per_prompt(self.buf_pid, self.buf_step, self.num_prompts)
+        self.pool_pid, self.pool_step = pid, stp  # what select_update replays from
+        cap = self.config.buffer_size - int(np.floor(self.config.sigma * self._budget()))
+        if pid.size > cap:
+            cut = pid.size - max(cap, 0)
+            pid, stp = pid[cut:], stp[cut:]
+        self.buf_pid = np.concatenate([pid, ids])
+        self.buf_step = np.concatenate([stp, np.full(ids.size, int(batch.step), dtype=np.int64)])
+
+    def select_update(self, batch, step, rng):
+        replay = np.zeros((0, 2), dtype=np.int64)
+        if int(step) // self.config.mu >= 1:
+            count = int(np.floor((1.0 - self.config.sigma) * self._budget()))
+            pick = rng.permutation(self.pool_pid.size)[:count]
+            replay = np.stack([self.pool_pid[pick], self.pool_step[pick]], axis=1)
+        return UpdateDecision(keep=np.ones(batch.num_groups, dtype=bool), replay=replay)
+
+    def _budget(self) -> int:
+        if self.budget < 0:
+            raise LzeBenchError("astral: budget unknown; pass batch_size at construction or call select_rollout first")
+        return self.budget
+
+    # --- state ---------------------------------------------------------------
+    def state_dict(self) -> dict:
+        state = {key: getattr(self, key).copy() for key in _ARRAYS}
+        state.update({key: getattr(self, key) for key in _SCALARS})
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        for key in _ARRAYS:
+            setattr(self, key, np.array(state[key], dtype=getattr(self, key).dtype))
+        if self.last_p.shape != (self.num_prompts,):
+            raise LzeBenchError(f"astral state 'last_p' has shape {self.last_p.shape}, expected ({self.num_prompts},)")
+        for key in _SCALARS:
+            setattr(self, key, type(getattr(self, key))(state[key]))

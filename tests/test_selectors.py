@@ -1,0 +1,293 @@
+"""Selector behaviour the issue names (selectors.md §1-5), beyond the §7 printout.
+
+LZE ranks the learning zone first and an all-solved group last; DAPO never
+keeps a zero-variance group and says how many more prompts it needs; uniform
+keeps everything; the forward pruner re-checks pruned prompts every epoch;
+HIVE and ASTRAL fall back as §8 says when an extra is unavailable; config
+values are validated in one line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from lze_bench.config import compose
+from lze_bench.errors import LzeBenchError
+from lze_bench.registry import SELECTORS
+from lze_bench.selectors.base import RolloutBatch, SelectorExhausted, group_stats, step_rng, top_k, top_k_mask
+
+
+def make(name, num_prompts=64, batch_size=8, **overrides):
+    cls = SELECTORS[name]
+    return cls(cls.Config(**overrides), num_prompts=num_prompts, batch_size=batch_size)
+
+
+def batch(ids, rewards, step=0):
+    return RolloutBatch(prompt_ids=np.asarray(ids), rewards=np.asarray(rewards, dtype=np.float32), step=step)
+
+
+def ladder(n=8):
+    """Rewards float32[n+1, n]: group i has i correct responses (p = i/n, 0 .. 1)."""
+    return (np.arange(n)[None, :] < np.arange(n + 1)[:, None]).astype(np.float32)
+
+
+# --- LZE ---------------------------------------------------------------------
+
+
+def test_lze_energy_peaks_at_half_and_all_solved_is_last():
+    sel = make("lze", exploration_noise=0.0)
+    ids = np.arange(9)
+    state = sel.state_dict()
+    state["d_init"][ids] = 0.5  # same anchor for all, and ema = p: no momentum
+    state["ema"][ids] = np.arange(9) / 8
+    state["epoch"] = 1
+    sel.load_state_dict(state)
+    group = batch(ids, ladder())
+    sel.observe(group)
+    energy = sel.state_dict()["cache_energy"]
+    assert int(np.argmax(energy)) == 4  # p = 0.5
+    assert np.allclose(energy, energy[::-1])  # symmetric around the learning zone
+    assert np.all(np.diff(energy[:5]) > 0)
+    assert energy[8] == 0 and energy[0] == 0  # all-solved / all-failed: dead
+    order = top_k(energy, 9)
+    assert order[-2:].tolist() == [0, 8]  # ties by position: all-solved ranked last
+    keep = sel.select_update(group, 0, step_rng(0, 0, 1)).keep
+    assert np.flatnonzero(keep).tolist() == [3, 4, 5]  # k = max(floor(9*.4), floor(9*.3)) = 3, nearest 0.5
+
+
+def test_lze_first_sight_anchor_prefers_harder_prompts():
+    sel = make("lze", exploration_noise=0.0)
+    sel.begin_epoch(1, step_rng(0, 0, 2))
+    group = batch(np.arange(9), ladder())
+    sel.observe(group)
+    energy = sel.state_dict()["cache_energy"]
+    expected = np.maximum(1 - np.arange(9) / 8, 0.05) * 4 * (np.arange(9) / 8) * (1 - np.arange(9) / 8)
+    assert np.allclose(energy, expected)
+    assert energy[8] == 0 and sel.state_dict()["d_init"][8] == pytest.approx(0.05)
+
+
+def test_lze_never_keeps_dead_groups_even_when_few_are_alive():
+    sel = make("lze", batch_size=10)
+    sel.begin_epoch(3, step_rng(0, 0, 2))
+    rewards = np.ones((10, 4))
+    rewards[0, 0] = 0  # one alive group among ten
+    group = batch(np.arange(10), rewards)
+    sel.observe(group)
+    assert np.flatnonzero(sel.select_update(group, 0, step_rng(0, 0, 1)).keep).tolist() == [0]
+
+
+def test_lze_keep_ratio_one_keeps_everything_including_dead():
+    sel = make("lze", keep_ratio=1.0)
+    sel.begin_epoch(2, step_rng(0, 0, 2))
+    group = batch(np.arange(9), ladder())
+    sel.observe(group)
+    assert sel.select_update(group, 0, step_rng(0, 0, 1)).keep.all()
+
+
+def test_lze_rejects_rewards_outside_unit_interval_and_unobserved_batches():
+    sel = make("lze")
+    with pytest.raises(LzeBenchError, match=r"\[0, 1\]"):
+        sel.observe(batch([0], [[2.0, 0.0]]))
+    with pytest.raises(LzeBenchError, match="observe"):
+        sel.select_update(batch([1], [[1.0, 0.0]]), 0, step_rng(0, 0, 1))
+
+
+def test_lze_card_variant_keeps_alive_groups_near_half():
+    sel = make("lze", variant="card", tau=0.01)
+    sel.begin_epoch(1, step_rng(0, 0, 2))
+    group = batch(np.arange(9), ladder())
+    sel.observe(group)
+    keep = sel.select_update(group, 0, step_rng(0, 0, 1)).keep
+    assert keep.sum() == 3 and not keep[0] and not keep[8] and keep[4]
+
+
+def test_lze_full_pruner_rechecks_pruned_prompts_every_epoch():
+    """Solved prompts leave the rollout; each epoch ceil-ish 10% of them come back for a re-check."""
+    sel = make("lze_full", num_prompts=40, batch_size=40)
+    solved = np.arange(20)  # always all-correct; 20..39 half-correct
+    rewards = np.zeros((40, 4), dtype=np.float32)
+    rewards[:20] = 1
+    rewards[20:, :2] = 1
+    rechecked = []
+    for epoch in range(6):
+        sel.begin_epoch(epoch, step_rng(0, epoch, 2))
+        replay = np.flatnonzero(sel.state.replay)
+        ids = sel.select_rollout(np.arange(40), 40, epoch, step_rng(0, epoch, 0))
+        pruned_before = set(np.flatnonzero(sel.state.pruned).tolist())
+        assert set(ids.tolist()) == set(range(40)) - (pruned_before - set(replay.tolist()))
+        if epoch >= 2:  # pruned after two all-correct observations (epochs 0, 1)
+            assert pruned_before == set(solved.tolist())
+            assert replay.size == 2  # max(1, floor(20 * 0.1))
+            rechecked += replay.tolist()
+        group = batch(ids, rewards[ids], epoch)
+        sel.observe(group)
+        sel.select_update(group, epoch, step_rng(0, epoch, 1))
+        assert set(np.flatnonzero(sel.state.pruned).tolist()) == (set(solved.tolist()) if epoch >= 1 else set())
+    assert len(set(rechecked)) > 2  # different prompts re-checked across epochs
+    # a re-checked prompt that is no longer solved is re-activated
+    sel.begin_epoch(6, step_rng(0, 6, 2))
+    back = np.flatnonzero(sel.state.replay)
+    ids = sel.select_rollout(np.arange(40), 40, 6, step_rng(0, 6, 0))
+    flipped = rewards[ids].copy()
+    flipped[np.isin(ids, back), 0] = 0
+    sel.observe(batch(ids, flipped, 6))
+    assert not sel.state.pruned[back].any() and sel.state.pruned[np.setdiff1d(solved, back)].all()
+
+
+def test_lze_without_pruner_never_drops_candidates():
+    sel = make("lze")
+    sel.begin_epoch(5, step_rng(0, 0, 2))
+    for step in range(3):
+        ids = sel.select_rollout(np.arange(10), 10, step, step_rng(0, step, 0))
+        assert ids.tolist() == list(range(10))
+        sel.observe(batch(ids, np.ones((10, 4)), step))
+
+
+# --- DAPO / uniform ----------------------------------------------------------
+
+
+reward_matrices = st.integers(1, 9).flatmap(
+    lambda n: arrays(np.float32, st.tuples(st.integers(1, 30), st.just(n)),
+                     elements=st.sampled_from([0.0, 1.0, 0.5, 0.25]))
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rewards=reward_matrices, train=st.integers(1, 40), kept_before=st.integers(0, 40))
+def test_dapo_never_keeps_constant_groups_and_asks_for_more(rewards, train, kept_before):
+    sel = make("dapo", num_prompts=64, batch_size=train, gen_batch_size=7, max_gen_batches=0)
+    sel.kept_so_far = min(kept_before, train - 1)
+    room = train - sel.kept_so_far
+    decision = sel.select_update(batch(np.arange(len(rewards)), rewards), 0, step_rng(0, 0, 1))
+    informative = (rewards.max(axis=1) > rewards.min(axis=1)) | (rewards.shape[1] == 1)
+    assert not (decision.keep & ~informative).any()
+    assert decision.keep.sum() == min(informative.sum(), room)
+    assert np.flatnonzero(decision.keep).tolist() == np.flatnonzero(informative)[:room].tolist()  # generation order
+    assert decision.more == (0 if informative.sum() >= room else 7)
+
+
+def test_dapo_error_on_exhaust_and_needs_a_batch_size():
+    sel = make("dapo", batch_size=4, max_gen_batches=2, on_exhaust="error")
+    dead = batch(np.arange(12), np.ones((12, 4)))
+    assert sel.select_update(dead, 0, step_rng(0, 0, 1)).more == 12  # 3 x 4 by default
+    with pytest.raises(SelectorExhausted, match="max_gen_batches=2"):
+        sel.select_update(dead, 0, step_rng(0, 0, 1, 1))
+    with pytest.raises(LzeBenchError, match="train_batch_size"):
+        SELECTORS["dapo"](num_prompts=10)
+
+
+@settings(max_examples=50, deadline=None)
+@given(rewards=reward_matrices)
+def test_uniform_keeps_every_group(rewards):
+    sel = make("uniform")
+    decision = sel.select_update(batch(np.arange(len(rewards)), rewards), 0, step_rng(0, 0, 1))
+    assert decision.keep.all() and decision.more == 0 and decision.replay.shape == (0, 2)
+
+
+# --- HIVE / ASTRAL fallbacks and checks --------------------------------------
+
+
+def test_hive_explores_unseen_and_rechecks_dead_prompts():
+    sel = make("hive", num_prompts=6, explore_prob=1.0)
+    state = sel.state_dict()
+    state["p_hist"] = np.array([1.0, 0.5, 0.0, 0.5, 0.5, np.nan])
+    sel.load_state_dict(state)
+    assert sel.candidates_per_step(3) == 6
+    u = sel.utility(np.arange(6), step_rng(0, 0, 0))
+    assert np.isinf(u[[0, 2, 5]]).all() and np.allclose(u[[1, 3, 4]], 1.0)
+    ranked = sel.select_rollout(np.arange(6), 2, 0, step_rng(0, 0, 0), lambda name, ids: None)
+    assert ranked.tolist() == [0, 2]  # no prompt entropy (replay without it): stage 2 ranks by u
+
+
+def test_hive_gamma_weights_utility_by_response_entropy():
+    sel = make("hive", num_prompts=4, gamma=1.0, explore_prob=0.0)
+    rewards = np.array([[1, 0, 1, 0]] * 3, dtype=np.float32)  # p = 0.5: u = 1 before the entropy factor
+    entropy = np.array([[0.2] * 4, [0.4] * 4, [0.6] * 4], dtype=np.float32)  # h_bar = 0.4
+    sel.observe(RolloutBatch(prompt_ids=[0, 1, 2], rewards=rewards, step=0, response_entropy=entropy))
+    u = sel.utility(np.arange(3), step_rng(0, 1, 0))
+    assert np.allclose(u, [0.5, 1.0, 1.5])
+    assert sel.select_rollout(np.arange(3), 1, 1, step_rng(0, 1, 0), lambda name, ids: None).tolist() == [2]
+
+
+def test_astral_history_predictor_without_embeddings():
+    sel = make("astral", num_prompts=6, batch_size=2, alpha=0.5)
+    no_embeddings = lambda name, ids: None  # noqa: E731
+    assert np.allclose(sel.predict(np.arange(6), no_embeddings), 0.5)  # alpha before any observation
+    sel.observe(batch([0, 1], [[1, 1, 1, 1], [1, 0, 0, 0]], 0))
+    assert sel.predict(np.arange(4), no_embeddings).tolist() == [1.0, 0.25, 0.625, 0.625]
+    ids = sel.select_rollout(np.array([5, 0, 2, 1]), 2, 1, step_rng(0, 1, 0), no_embeddings)
+    assert ids.tolist() == [5, 2]  # restricted candidates: nearest alpha, in candidate order
+
+
+def test_astral_rejects_checkpoint_predictor():
+    with pytest.raises(LzeBenchError, match="predictor"):
+        make("astral", predictor="checkpoint")
+
+
+# --- config ------------------------------------------------------------------
+
+
+def test_lze_full_preset_composes():
+    cfg = compose("train", ["selector=lze_full"])
+    assert cfg.selector.prune_enabled is True and cfg.selector.prune_after == 2 and cfg.selector.replay_ratio == 0.1
+    assert compose("train", ["selector=lze"]).selector.prune_enabled is False
+
+
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("selector=lze selector.keep_ratio=0", "selector.keep_ratio"),
+        ("selector=lze selector.keep_ratio=1.5", "selector.keep_ratio"),
+        ("selector=dapo selector.on_exhaust=crash", "selector.on_exhaust"),
+        ("selector=hive selector.pool_factor=0.5", "selector.pool_factor"),
+        ("selector=astral selector.tau=0", "selector.tau"),
+        ("selector=astral selector.replay_strategy=teacher", "selector.replay_strategy"),
+    ],
+)
+def test_bad_selector_values_fail_in_one_line(override, key):
+    with pytest.raises(LzeBenchError) as info:
+        compose("train", override.split())
+    assert key in str(info.value) and "\n" not in str(info.value)
+
+
+# --- shared helpers ----------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=arrays(np.float64, st.integers(0, 40), elements=st.sampled_from([0.0, 1.0, 2.0, -np.inf, np.inf, 0.5])),
+       k=st.integers(-2, 45))
+def test_top_k_mask_matches_stable_sort(key, k):
+    expected = np.zeros(key.size, dtype=bool)
+    expected[np.lexsort((np.arange(key.size), -key))[: max(k, 0)]] = True
+    assert np.array_equal(top_k_mask(key, k), expected)
+    assert top_k(key, k).tolist() == np.lexsort((np.arange(key.size), -key))[: max(k, 0)].tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(rewards=reward_matrices)
+def test_group_stats_matches_row_reductions(rewards):
+    pass_rate, varied = group_stats(rewards)
+    assert np.allclose(pass_rate, rewards.mean(axis=1, dtype=np.float64))
+    assert np.array_equal(varied, rewards.max(axis=1) > rewards.min(axis=1))
+
+
+def test_bench_selectors_measures_every_selector(tmp_path):
+    """`lze-bench bench selectors` on a tiny pool: one row per selector (two for astral), figures in JSON."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from lze_bench.cli import app
+
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(app, ["bench", "selectors", "sizes=300", "repeats=1", "warmup=1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())["rows"]
+    names = [row["selector"] for row in rows]
+    assert sorted(names) == sorted([n for n in SELECTORS if n != "astral"] + ["astral:start", "astral:mid"])
+    for row in rows:
+        assert row["prompts"] == 300 and row["step"] >= 0 and row["batch"] > 0
