@@ -1,0 +1,232 @@
+"""`lze-bench eval` end to end on a tiny checkpoint, run=RUN_DIR, metrics and config (issue 5).
+
+The checkpoint is a random-weight 2-layer Llama with a character tokenizer
+and a 96-token context, built here (accuracy near zero is expected; the path
+is the real one: data files, prompts, chat template, left-truncation,
+batched generation, grading, metrics, outputs, ledger rows).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lze_bench.config import compose
+from lze_bench.errors import LzeBenchError
+from lze_bench.evaluation import metrics
+from lze_bench.evaluation.generation import budget, load_generator
+
+SHARED = Path(os.environ.get("LZE_BENCH_SHARED_DATA", Path(__file__).parents[2] / "shared" / "data"))
+needs_data = pytest.mark.skipif(not SHARED.is_dir(), reason=f"benchmark files not found at {SHARED}")
+FOUR = ["gsm8k", "math500", "aime25", "amc23"]
+CHAT = "{% for m in messages %}User: {{ m['content'] }}\nAssistant:{% endfor %}"
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    import torch
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    path = tmp_path_factory.mktemp("tiny") / "checkpoint"
+    specials = ["<pad>", "<s>", "</s>", "<unk>"]
+    vocab = {token: i for i, token in enumerate(specials + ["\n"] + [chr(c) for c in range(32, 127)])}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    core.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
+                                        unk_token="<unk>")
+    tokenizer.chat_template = CHAT
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=96,
+                         pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def _eval(overrides: list[str]):
+    from lze_bench.evaluation.runner import run_eval
+
+    return run_eval(compose("eval", overrides))
+
+
+SMOKE = [f"data.root={SHARED}", "eval=smoke", "limit=2", "eval.max_new_tokens=6", "grading.workers=1"]
+
+
+@needs_data
+def test_eval_one_checkpoint_on_all_four_benchmarks(tiny_checkpoint, tmp_path):
+    out = tmp_path / "out"
+    entries = _eval([f"model={tiny_checkpoint}", f"out_dir={out}", *SMOKE])
+    assert [e["benchmark"] for e in entries] == FOUR
+    summary = json.loads((out / "summary.json").read_text())
+    assert sorted(summary) == sorted(FOUR)
+    for name in FOUR:
+        rows = [json.loads(line) for line in (out / f"{name}.jsonl").read_text().splitlines()]
+        assert len(rows) == 2 * 2  # limit 2 problems x smoke's 2 samples
+        assert {"prompt", "response", "extracted", "correct", "response_tokens", "gold"} <= set(rows[0])
+        assert all(1 <= r["response_tokens"] <= 6 for r in rows)
+        assert rows[0]["prompt"].startswith("User: ") and "\\boxed{}" in rows[0]["prompt"]
+        entry = summary[name]
+        assert entry["accuracy"] == pytest.approx(np.mean([r["correct"] for r in rows]))
+        assert entry["num_problems"] == 2 and entry["samples_per_problem"] == 2
+        assert entry["settings"]["suite"]["temperature"] == 1.0 and entry["settings"]["suite"]["limit"] == 2
+        assert entry["generated_tokens"] == sum(r["response_tokens"] for r in rows)
+        assert {"pass@1", "pass@2", "maj@2", "ci_low", "ci_high"} <= set(entry)
+    # GSM8K prompts (~300 characters) exceed the 96-token window: truncated from the left.
+    gsm8k = [json.loads(line) for line in (out / "gsm8k.jsonl").read_text().splitlines()]
+    assert all(r["prompt_truncated"] and r["prompt_tokens"] + 6 <= 96 for r in gsm8k)
+    assert (out / "summary.csv").read_text().splitlines()[0].startswith("benchmark,checkpoint,step")
+
+
+def _make_run(tmp_path: Path, checkpoint: Path) -> Path:
+    from lze_bench.ledger import LEDGER_COLUMNS, Ledger
+    from lze_bench.rundir import checkpoint_dir, mark_checkpoint_complete
+
+    run = tmp_path / "run"
+    for step in (0, 2):
+        target = checkpoint_dir(run, step)
+        shutil.copytree(checkpoint, target)
+        mark_checkpoint_complete(target)
+    shutil.copytree(checkpoint, checkpoint_dir(run, 4))  # no COMPLETE marker: must be skipped
+    ledger = Ledger(run)
+    for step in (1, 2):
+        row = {column: 0 for column in LEDGER_COLUMNS if column not in ("cum_flops", "flops_total", "cum_time_s")}
+        ledger.append({**row, "step": step, "flops_rollout": 1000 * step, "time_step_s": 1.0,
+                       "partial": False, "heldout_accuracy": float("nan")})
+    return run
+
+
+@needs_data
+def test_eval_run_appends_ledger_rows_and_resumes(tiny_checkpoint, tmp_path):
+    from lze_bench.ledger import read_evals
+
+    run = _make_run(tmp_path, tiny_checkpoint)
+    overrides = [f"run={run}", *SMOKE, "eval.benchmarks=[aime25,amc23]"]
+    _eval(overrides)
+    evals = read_evals(run)
+    assert len(evals) == 4
+    assert sorted(set(evals["checkpoint"])) == ["step_000000", "step_000002"]
+    assert sorted(set(evals["step"])) == [0, 2]
+    assert {"accuracy", "ci_low", "pass_at_k", "maj_at_k", "k"} <= set(evals.columns)
+    assert set(evals["k"]) == {2}
+    flops = dict(zip(evals["step"], evals["cum_flops"]))
+    assert flops[0] == 0.0 and flops[2] == 3000.0  # 1000 + 2000 from the ledger
+    jsonl = run / "evals" / "step_000002" / "aime25.jsonl"
+    assert jsonl.exists()
+    stamp = jsonl.stat().st_mtime_ns
+    _eval(overrides)  # same settings: nothing is generated again
+    assert jsonl.stat().st_mtime_ns == stamp
+    assert len(read_evals(run)) == 4
+    _eval([*overrides, "eval.max_new_tokens=4"])  # other settings: evaluated again, rows replaced
+    assert jsonl.stat().st_mtime_ns != stamp
+    assert len(read_evals(run)) == 4
+
+
+def test_synthetic_benchmark_end_to_end(tiny_checkpoint, tmp_path):
+    import lze_bench.tasks.synthetic as synthetic
+
+    if not hasattr(synthetic, "load_split"):
+        pytest.skip("lze_bench.tasks.synthetic.load_split has not landed yet (local backend issue)")
+    entries = _eval([f"model={tiny_checkpoint}", f"out_dir={tmp_path}", "eval=synthetic", "limit=3",
+                     "eval.max_new_tokens=4", "grading.workers=1"])
+    assert entries[0]["benchmark"] == "synthetic" and entries[0]["num_problems"] == 3
+
+
+def test_hf_generator_greedy_is_deterministic_and_counts_tokens(tiny_checkpoint):
+    from lze_bench.evaluation.generation import Sampling
+
+    generator = load_generator(str(tiny_checkpoint), batch_size=2)
+    messages = ["1+1?", "What is 7 times 6?", "x" * 500]
+    first = generator.generate(messages, Sampling(n=1, temperature=0.0, max_new_tokens=5))
+    second = generator.generate(messages, Sampling(n=1, temperature=0.0, max_new_tokens=5))
+    assert [r.completions[0].text for r in first] == [r.completions[0].text for r in second]
+    assert [r.truncated for r in first] == [False, False, True]
+    assert generator.generated_tokens == 2 * sum(r.completions[0].tokens for r in first)
+    sampled = generator.generate(messages[:1], Sampling(n=3, temperature=1.0, top_p=0.9, max_new_tokens=5, seed=1))
+    assert len(sampled[0].completions) == 3
+    assert generator.render("2+2?") == "User: 2+2?\nAssistant:"  # the tokenizer's chat template
+    plain = load_generator(str(tiny_checkpoint), use_chat_template=False)
+    assert plain.render("2+2?") == "2+2?" and len(plain.encode("2+2?")) == 4  # plain prompt, no template
+
+
+def test_budget_keeps_half_the_window_for_the_response():
+    assert budget(256, 300, 1024) == (128, 128)  # long prompt: half each
+    assert budget(256, 50, 1024) == (206, 50)  # short prompt: the rest of the window
+    assert budget(256, 50, 16) == (16, 240)
+    assert budget(None, 5000, 64) == (64, None)
+
+
+def test_vllm_and_cuda_fail_with_one_line(tiny_checkpoint):
+    import importlib.util
+
+    import torch
+
+    if importlib.util.find_spec("vllm") is None:
+        with pytest.raises(LzeBenchError, match="vllm is not installed"):
+            load_generator(str(tiny_checkpoint), backend="vllm", device="cuda")
+    if not torch.cuda.is_available():
+        with pytest.raises(LzeBenchError, match="device=cuda but torch sees no CUDA device"):
+            load_generator(str(tiny_checkpoint), device="cuda")
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["model=/x", "eval.n_samples=4"], "eval.temperature: greedy decoding (0) with n_samples > 1"),
+        (["model=/x", "eval.benchmarks=[gsm8kk]"], "did you mean 'gsm8k'"),
+        (["model=/x", "limit=0"], "limit: must be >= 1"),
+        (["model=/x", "eval=smoke", "eval.ks=[3]"], "eval.ks: each k must be in [1, n_samples=2]"),
+        (["model=/x", "generation.backend=tgi"], "generation.backend: use one of hf, vllm"),
+        (["model=/x", "eval=mathsuite"], "did you mean 'math_suite'"),
+    ],
+)
+def test_bad_eval_config_is_one_line(overrides, message):
+    with pytest.raises(LzeBenchError) as info:
+        compose("eval", overrides)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_nothing_to_evaluate_is_explained():
+    with pytest.raises(LzeBenchError, match="pass model=PATH_OR_HF_ID"):
+        _eval([])
+
+
+# --- metrics: hand-computed ---------------------------------------------------------
+
+
+def test_pass_at_k_unbiased_estimator():
+    assert metrics.pass_at_k_one(5, 2, 2) == pytest.approx(0.7)  # 1 - C(3,2)/C(5,2) = 1 - 3/10
+    assert metrics.pass_at_k_one(4, 1, 1) == pytest.approx(0.25)
+    assert metrics.pass_at_k_one(4, 3, 2) == 1.0  # fewer than k wrong samples
+    assert metrics.pass_at_k_one(10, 0, 5) == 0.0
+    correct = np.array([[1, 0, 0, 0, 1], [0, 0, 0, 0, 0]], dtype=bool)
+    assert metrics.pass_at_k(correct, 2) == pytest.approx(0.35)
+
+
+def test_avg_and_maj_at_k():
+    correct = np.array([[1, 0, 1, 0], [0, 0, 0, 1]], dtype=bool)
+    answers = [["5", "4", "5", "4"], ["1", "1", None, "2"]]
+    assert metrics.avg_at_n(correct) == pytest.approx(0.375)
+    assert metrics.maj_at_k(answers, correct, 4) == pytest.approx(0.5)  # tie 5/4: first seen (5) wins; "1" wins
+    assert metrics.maj_at_k(answers, correct, 1) == pytest.approx(0.5)
+    assert metrics.majority_correct([None, None], [False, False]) is False
+    assert metrics.majority_correct(["1 / 2", "1/2", "3"], [True, True, False]) is True  # whitespace ignored
+
+
+def test_confidence_intervals():
+    low, high = metrics.wilson_interval(0, 10)
+    assert low == 0.0 and high == pytest.approx(0.2775, abs=1e-4)  # Wilson 1927, z = 1.96
+    low, high = metrics.wilson_interval(5, 10)
+    assert (low, high) == pytest.approx((0.2366, 0.7634), abs=1e-4)
+    per_problem = np.array([0.0, 0.5, 1.0, 1.0])
+    low, high = metrics.bootstrap_interval(per_problem, seed=0)
+    assert 0.0 <= low < per_problem.mean() < high <= 1.0
+    assert metrics.bootstrap_interval(per_problem, seed=0) == (low, high)  # seeded
+    summary = metrics.summarize(np.array([[True], [False]]), [["1"], ["2"]], ks=[1])
+    assert summary["ci_method"] == "wilson" and summary["accuracy"] == 0.5 and summary["pass@1"] == 0.5
