@@ -6,7 +6,7 @@ import importlib
 
 from lze_bench.registry import TASKS  # noqa: F401
 
-TASK_MODULES = ("synthetic",)
+TASK_MODULES = ("synthetic", "datasets")
 
 for _module in TASK_MODULES:
     try:

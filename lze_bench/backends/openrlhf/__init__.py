@@ -1,0 +1,145 @@
+"""backend=openrlhf: the scale path (OpenRLHF's Ray GRPO: vLLM rollouts, DeepSpeed actor).
+
+Our selector decides which prompts are rolled out and which groups reach the
+actor update, by subclassing OpenRLHF (never a fork or a copy): see
+shared/specs/openrlhf.md §9. This file is light (no openrlhf, ray or torch
+import) so `lze-bench --help` and `train --dry-run` work without OpenRLHF.
+
+Modules, one concern each:
+  command.py     our config -> the exact OpenRLHF 0.11.2 flag list (+ invariants)
+  launch.py      `train` / `dry_run`: prepare the run directory, run or print
+  entry.py       the Ray driver: our env vars, our trainer class, OpenRLHF's CLI unchanged
+  trainer.py     LzePPOTrainer: selector, ledger, checkpoints, resume (OpenRLHF subclass)
+  generator.py   LzeSamplesGenerator._generate_vllm: the selection hook (OpenRLHF subclass)
+  context.py     the run state the trainer actor holds (no OpenRLHF import)
+  selection.py   one training step's selector calls and refill rounds (no OpenRLHF import)
+  accounting.py  ledger rows and FLOPs for the passes OpenRLHF runs
+  reward_func.py OpenRLHF's reward hook -> lze_bench.grading in a process pool
+  data.py        the prompts JSONL OpenRLHF reads (input + label {id, answer})
+  slurm.py       the Slurm/submitit job body: Ray head and workers, driver, teardown
+  script.py      the Slurm job script text (`--dry-run` with launcher=slurm)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from lze_bench.config.schema import require
+from lze_bench.errors import LzeBenchError, missing_dependency
+from lze_bench.registry import BACKENDS
+
+# The only release read (openrlhf.md §1). We override private methods
+# (`_generate_vllm`) and call private helpers, which already differ between
+# 0.11.0 and 0.11.2, so the pin is exact.
+SUPPORTED_OPENRLHF = ("0.11.2",)
+RAY_VERSION = "2.55.0"  # openrlhf 0.11.2 pins ray[default]==2.55.0
+
+
+@dataclass
+class OpenRLHFBackendConfig:
+    """Backend-only knobs; GRPO knobs shared with every backend live under `trainer.*`.
+
+    Defaults follow openrlhf.md §12 ("proposed for us"); OpenRLHF's own flag
+    each knob becomes is named in command.py.
+    """
+
+    name: str = "openrlhf"
+    openrlhf_version: str = "0.11.2"  # recorded in config.yaml; must be a supported release
+    # cluster shape (null: taken from launcher.nodes / launcher.gpus_per_node)
+    num_nodes: Optional[int] = None
+    gpus_per_node: Optional[int] = None
+    ray_address: Optional[str] = None  # join a running Ray cluster ("auto", "ip:port"); null = start one
+    # engines
+    colocate_all: bool = True  # vLLM, actor (and ref) share every GPU (--train.colocate_all)
+    vllm_tensor_parallel_size: int = 1
+    vllm_gpu_memory_utilization: float = 0.6
+    vllm_enable_sleep: bool = True  # needs colocate_all
+    vllm_enforce_eager: bool = False
+    vllm_enable_prefix_caching: bool = False
+    zero_stage: int = 2
+    param_dtype: str = "bf16"
+    ds_enable_sleep: bool = True  # offload DeepSpeed states while vLLM generates (needs colocate_all)
+    adam_offload: bool = False
+    packing_samples: bool = True
+    gradient_checkpointing: bool = True
+    attn_implementation: str = "flash_attention_2"
+    train_micro_batch_size: int = 8  # per GPU (--train.micro_batch_size)
+    rollout_micro_batch_size: int = 16  # per GPU, log-prob passes (--rollout.micro_batch_size)
+    # sequence lengths: prompt + response <= max_len (Qwen2.5-Math-1.5B's context is 4,096)
+    max_len: int = 4096
+    apply_chat_template: bool = True
+    # optimisation details OpenRLHF exposes beyond trainer.*
+    lr_scheduler: str = "cosine_with_min_lr"
+    lr_warmup_ratio: float = 0.03
+    min_lr_ratio: float = 0.1
+    loss_agg_mode: str = "token-mean"
+    kl_estimator: str = "k3"  # used only when trainer.kl_coef > 0 (KL as a loss)
+    # selection hook
+    max_gen_rounds: int = 12  # rounds per training step before the short-batch rule (DAPO's own cap: 10)
+    short_batch: str = "fill"  # fill: top up with rolled-out groups (ledger partial=true) | error
+    # checkpoints, grading, logging
+    ckpt_max_num: int = 2  # DeepSpeed states kept for resume (HF checkpoints are all kept)
+    grade_timeout_s: float = 5.0
+    grade_workers: int = 2  # grading processes per vLLM engine
+    tensorboard: bool = False
+    extra_args: List[str] = field(default_factory=list)  # any further OpenRLHF flag, verbatim
+
+    def __post_init__(self):
+        require(
+            self.openrlhf_version in SUPPORTED_OPENRLHF,
+            "backend.openrlhf_version",
+            f"{self.openrlhf_version!r} is not supported; use {' or '.join(SUPPORTED_OPENRLHF)}",
+        )
+        for key in ("vllm_tensor_parallel_size", "train_micro_batch_size", "rollout_micro_batch_size",
+                    "max_len", "max_gen_rounds", "ckpt_max_num", "grade_workers"):
+            require(getattr(self, key) > 0, f"backend.{key}", f"must be > 0, got {getattr(self, key)}")
+        for key in ("num_nodes", "gpus_per_node"):
+            value = getattr(self, key)
+            require(value is None or value > 0, f"backend.{key}", f"must be > 0 or null, got {value}")
+        require(0 < self.vllm_gpu_memory_utilization <= 1, "backend.vllm_gpu_memory_utilization", "must be in (0, 1]")
+        require(self.zero_stage in (0, 1, 2, 3), "backend.zero_stage", f"use 0, 1, 2 or 3, got {self.zero_stage}")
+        require(self.param_dtype in ("bf16", "fp16"), "backend.param_dtype", "use bf16 or fp16")
+        require(self.short_batch in ("fill", "error"), "backend.short_batch", "use fill or error")
+        require(self.kl_estimator in ("k1", "k2", "k3"), "backend.kl_estimator", "use k1, k2 or k3")
+        require(
+            self.loss_agg_mode in ("token-mean", "seq-mean-token-mean"),
+            "backend.loss_agg_mode", "use token-mean or seq-mean-token-mean",
+        )
+        require(self.grade_timeout_s > 0, "backend.grade_timeout_s", "must be > 0")
+
+
+def require_openrlhf() -> str:
+    """The installed OpenRLHF version, or one clear line saying what to install."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("openrlhf")
+    except metadata.PackageNotFoundError:
+        raise missing_dependency("openrlhf", "openrlhf", why="backend=openrlhf runs OpenRLHF's Ray GRPO trainer")
+    if version not in SUPPORTED_OPENRLHF:
+        raise LzeBenchError(
+            f"openrlhf {version} is installed, but backend=openrlhf supports only openrlhf=="
+            f"{' or =='.join(SUPPORTED_OPENRLHF)} (it overrides private methods read in that release); "
+            "install it with: pip install 'lze-bench[openrlhf]'"
+        )
+    return version
+
+
+@BACKENDS.add("openrlhf")
+class OpenRLHFBackend:
+    Config = OpenRLHFBackendConfig
+
+    @staticmethod
+    def train(cfg):
+        """Run (or, with launcher=slurm, submit) one training run; returns the run directory."""
+        from lze_bench.backends.openrlhf.launch import train
+
+        return train(cfg)
+
+    @staticmethod
+    def dry_run(cfg) -> None:
+        """Print the exact driver command (and the Slurm job script); start nothing."""
+        from lze_bench.backends.openrlhf.launch import dry_run
+
+        dry_run(cfg)

@@ -1,0 +1,88 @@
+"""Ledger and rollout rows for one OpenRLHF training step (design.md "Ledger", "FLOP accounting").
+
+Passes OpenRLHF 0.11.2 runs per step, and what we charge (lze_bench.flops):
+
+* generation (vLLM), every rolled-out and probed sample:  F(prompt + response)
+* actor old-log-prob forward in `make_experience`, every trained sample (always
+  run, also with one PPO epoch):                            F(L)
+* reference forward, every trained sample, only when `trainer.kl_coef > 0`
+  (OpenRLHF builds no reference model otherwise):           F(L)
+* PPO update, `trainer.ppo_epochs` passes over trained samples: 3 F(L) each
+
+`L` is the sequence as OpenRLHF trains it (`Experience.total_length`, after its
+truncation to `data.max_len`). Padding and packing overheads are not work on
+real tokens and are not counted, as for every backend.
+
+Times: `time_rollout_s` is the wall time of dispatch -> gathered experiences
+(generation and grading overlap inside the vLLM actors); `time_grade_s` is the
+sum of per-sample grading times reported by reward_func.py (CPU time in the
+actors, overlapping the rollout); `time_update_s` is OpenRLHF's
+`timing/make_experience + timing/ppo_train + timing/broadcast`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lze_bench.flops import FlopModel
+from lze_bench.ledger import zero_variance_fraction
+
+UPDATE_TIMINGS = ("timing/make_experience", "timing/ppo_train", "timing/broadcast")
+
+
+def _concat(groups, attribute: str) -> np.ndarray:
+    parts = [np.asarray(getattr(g, attribute), dtype=np.int64).reshape(-1) for g in groups]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def ledger_row(record, status: dict, flops: FlopModel, *, ppo_epochs: int, reference_pass: bool) -> dict:
+    """One ledger row (all LEDGER_COLUMNS but the cumulative ones, which Ledger.append fills)."""
+    generated = list(record.rolled) + list(record.probes)
+    kept = record.kept
+    trained = _concat(kept, "seq_lengths")  # int64[kept x n]
+    logprob_passes = 2 if reference_pass else 1
+    rewards = np.stack([g.rewards for g in record.rolled]) if record.rolled else np.zeros((0, 1))
+    kept_rewards = np.stack([g.rewards for g in kept]) if kept else np.zeros((0, 1))
+    time_update = float(sum(float(status.get(key, 0.0)) for key in UPDATE_TIMINGS))
+    return {
+        "step": record.step,
+        "epoch": record.epoch,
+        "prompts_considered": record.prompts_considered,
+        "prompts_rolled_out": record.prompts_rolled_out,
+        "prompts_probed": record.prompts_probed,
+        "groups_kept": len(kept),
+        "groups_replayed": 0,
+        "gen_rounds": record.gen_rounds,
+        "samples": int(sum(len(g.rewards) for g in generated)),
+        "prompt_tokens": int(_concat(generated, "prompt_tokens").sum()),
+        "generated_tokens": int(_concat(generated, "response_tokens").sum()),
+        "trained_tokens": int(trained.sum()),
+        "flops_rollout": flops.generation(_concat(generated, "prompt_tokens"), _concat(generated, "response_tokens")),
+        "flops_logprob": logprob_passes * flops.logprob(trained),
+        "flops_train": int(ppo_epochs) * flops.train(trained),
+        "flops_select": 0,  # no feature passes on this backend (selectors needing them are refused)
+        "time_rollout_s": record.time_rollout_s,
+        "time_grade_s": float(sum(g.grade_time_s for g in generated)),
+        "time_select_s": record.time_select_s,
+        "time_update_s": time_update,
+        "time_eval_s": 0.0,
+        "time_step_s": record.time_step_s + time_update,
+        "reward_mean": float(rewards.mean()) if rewards.size else float("nan"),
+        "zero_variance_frac": zero_variance_fraction(rewards),
+        "kept_zero_variance": int(np.sum(kept_rewards.max(axis=1) <= kept_rewards.min(axis=1))) if kept else 0,
+        "partial": bool(record.partial),
+    }
+
+
+def rollout_rows(record) -> list[dict]:
+    """One row per rolled-out prompt of the step (probes excluded: they are not training rollouts)."""
+    return [
+        {
+            "step": record.step,
+            "prompt_id": int(group.prompt_id),
+            "rewards": [float(r) for r in group.rewards],
+            "response_tokens": [int(t) for t in group.response_tokens],
+            "kept": bool(kept),
+        }
+        for group, kept in zip(record.rolled, record.kept_flags)
+    ]

@@ -1,0 +1,252 @@
+"""Our config -> the exact OpenRLHF 0.11.2 command line (dotted flags, openrlhf.md §1, §12).
+
+Pure string generation (no OpenRLHF import), so `train --dry-run` prints it on a
+laptop. Every value OpenRLHF reads comes from here; the Ray driver (entry.py)
+receives this list verbatim as OpenRLHF's argv, and our own keys travel in the
+run directory's config.yaml (argparse rejects unknown flags).
+
+Invariants checked here, each a one-line LzeBenchError naming the key:
+* `train.batch_size == rollout.batch_size x n` (one optimizer step per training
+  step, openrlhf.md §9) and divisible by train micro batch x GPUs (DeepSpeed);
+* colocated vLLM engines x TP == actor GPUs (OpenRLHF asserts it);
+* refused: async training, OpenRLHF's dynamic filtering (the selector replaces
+  it), `vllm_generate_batch_size` (extras would be trained a step late), an
+  agent function (the reward must be ours), and any flag we already set.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from lze_bench.errors import LzeBenchError
+
+ENTRY_MODULE = "lze_bench.backends.openrlhf.entry"
+REWARD_FUNC = Path(__file__).resolve().with_name("reward_func.py")
+
+REFUSED = {
+    "--train.async_enable": "async training uses other trainer classes that the selector hook does not cover",
+    "--algo.dynamic_filtering_enable": "the selector replaces OpenRLHF's dynamic filtering (use selector=dapo)",
+    "--algo.dynamic_filtering_range": "the selector replaces OpenRLHF's dynamic filtering (use selector=dapo)",
+    "--rollout.vllm_generate_batch_size": "extra groups would sit in OpenRLHF's buffer and train a step late",
+    "--train.agent_func_path": "rewards must come from lze-bench's grading (reward_func.py)",
+}
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where one run's files live; absolute, because Ray actors do not share our cwd."""
+
+    run_dir: Path
+
+    @property
+    def config(self) -> Path:
+        return self.run_dir / "config.yaml"
+
+    @property
+    def work(self) -> Path:  # everything OpenRLHF itself writes
+        return self.run_dir / "openrlhf"
+
+    @property
+    def prompts(self) -> Path:
+        return self.work / "prompts.jsonl"
+
+    @property
+    def ckpt(self) -> Path:
+        return self.work / "ckpt"
+
+    @property
+    def final(self) -> Path:
+        return self.work / "final"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.work / "tensorboard"
+
+
+def cluster_shape(cfg) -> tuple[int, int]:
+    """(nodes, GPUs per node): backend.* when set, else the launcher's."""
+    nodes = cfg.backend.num_nodes or cfg.launcher.nodes
+    gpus = cfg.backend.gpus_per_node or cfg.launcher.gpus_per_node
+    if not gpus or gpus <= 0:
+        raise LzeBenchError(
+            "backend.gpus_per_node: backend=openrlhf needs GPUs; set backend.gpus_per_node=G "
+            "(or launcher.gpus_per_node=G with launcher=slurm)"
+        )
+    return int(nodes), int(gpus)
+
+
+def _num(value) -> str:
+    if isinstance(value, bool):
+        raise TypeError("flags are switches, not values")
+    return format(value, "g") if isinstance(value, float) else str(value)
+
+
+def openrlhf_flags(cfg, paths: RunPaths) -> list[str]:
+    """The OpenRLHF 0.11.2 argv for this config (flags only, no program name)."""
+    check(cfg)
+    b, t = cfg.backend, cfg.trainer
+    nodes, gpus = cluster_shape(cfg)
+    flags: list[str] = []
+
+    def add(flag: str, *values) -> None:
+        flags.append(flag)
+        flags.extend(_num(v) for v in values)
+
+    def switch(flag: str, on: bool) -> None:
+        if on:
+            flags.append(flag)
+
+    add("--actor.model_name_or_path", cfg.model.path)
+    add("--actor.num_nodes", nodes)
+    add("--actor.num_gpus_per_node", gpus)
+    if t.kl_coef > 0:  # the reference model exists only with a KL term
+        add("--ref.num_nodes", nodes)
+        add("--ref.num_gpus_per_node", gpus)
+    add("--vllm.num_engines", nodes * gpus // b.vllm_tensor_parallel_size)
+    add("--vllm.tensor_parallel_size", b.vllm_tensor_parallel_size)
+    add("--vllm.gpu_memory_utilization", float(b.vllm_gpu_memory_utilization))
+    switch("--vllm.enable_sleep", b.vllm_enable_sleep)
+    switch("--vllm.enforce_eager", b.vllm_enforce_eager)
+    switch("--vllm.enable_prefix_caching", b.vllm_enable_prefix_caching)
+    switch("--train.colocate_all", b.colocate_all)
+    add("--ds.zero_stage", b.zero_stage)
+    add("--ds.param_dtype", b.param_dtype)
+    switch("--ds.enable_sleep", b.ds_enable_sleep)
+    switch("--ds.adam_offload", b.adam_offload)
+    switch("--ds.packing_samples", b.packing_samples)
+    switch("--actor.gradient_checkpointing_enable", b.gradient_checkpointing)
+    add("--ds.attn_implementation", b.attn_implementation)
+    # GRPO: group-normalised advantages; scale_rewards=false is Dr. GRPO (mean only)
+    add("--algo.advantage.estimator", "group_norm" if t.scale_rewards else "dr_grpo")
+    add("--rollout.n_samples_per_prompt", t.n_samples)
+    add("--rollout.batch_size", t.batch_size)
+    add("--train.batch_size", t.batch_size * t.n_samples)
+    add("--rollout.micro_batch_size", b.rollout_micro_batch_size)
+    add("--train.micro_batch_size", b.train_micro_batch_size)
+    add("--train.max_epochs", t.ppo_epochs)
+    add("--train.num_episodes", 1)  # data passes are ours (selection.DataOrder); trainer.steps ends the run
+    add("--data.max_len", b.max_len)
+    add("--rollout.max_new_tokens", t.max_new_tokens)
+    add("--rollout.temperature", float(t.temperature))
+    add("--rollout.top_p", float(t.top_p))
+    add("--actor.adam.lr", float(t.lr))
+    add("--actor.adam.weight_decay", float(t.weight_decay))
+    add("--actor.max_norm", float(t.grad_clip))
+    add("--actor.lr_scheduler", b.lr_scheduler)
+    add("--actor.lr_warmup_ratio", float(b.lr_warmup_ratio))
+    add("--actor.min_lr_ratio", float(b.min_lr_ratio))
+    add("--actor.eps_clip_low_high", float(t.clip_eps_low), float(t.clip_eps_high))
+    add("--actor.loss_agg_mode", b.loss_agg_mode)
+    add("--algo.kl.init_coef", float(t.kl_coef))
+    if t.kl_coef > 0:
+        flags.append("--algo.kl.use_loss")
+        add("--algo.kl.estimator", b.kl_estimator)
+    add("--train.seed", cfg.seed)
+    add("--data.prompt_dataset", str(paths.prompts))
+    add("--data.input_key", "input")
+    add("--data.label_key", "label")
+    switch("--data.apply_chat_template", b.apply_chat_template)
+    add("--reward.remote_url", str(REWARD_FUNC))
+    add("--ckpt.path", str(paths.ckpt))
+    add("--ckpt.save_steps", t.checkpoint_every if t.checkpoint_every > 0 else -1)
+    flags.append("--ckpt.save_hf")
+    add("--ckpt.max_num", b.ckpt_max_num)
+    flags.append("--ckpt.load_enable")  # resume whenever a DeepSpeed checkpoint exists (requeue)
+    add("--ckpt.output_dir", str(paths.final))
+    add("--ckpt.best_metric_key", "none")
+    add("--eval.steps", -1)  # held-out evals are `lze-bench eval run=...` on the HF checkpoints
+    add("--logger.logging_steps", 1)
+    if b.tensorboard:
+        add("--logger.tensorboard_dir", str(paths.tensorboard))
+    flags.extend(str(a) for a in b.extra_args)
+    _check_extra_args(list(b.extra_args), set(f for f in flags[: len(flags) - len(b.extra_args)] if f.startswith("--")))
+    return flags
+
+
+def driver_argv(cfg, paths: RunPaths, python: str | None = None) -> list[str]:
+    """The exact command the Ray driver runs: our entry module, then OpenRLHF's flags."""
+    return [python or sys.executable, "-m", ENTRY_MODULE, "--lze-config", str(paths.config), "--",
+            *openrlhf_flags(cfg, paths)]
+
+
+def format_command(argv: list[str]) -> str:
+    """Shell-quoted, one flag (with its values) per line, so every flag can be checked."""
+    head, lines, current = [], [], None
+    for token in argv:
+        if token.startswith("--") and token != "--":
+            if current is not None:
+                lines.append(current)
+            current = [token]
+        elif current is None:
+            head.append(token)
+        else:
+            current.append(token)
+    if current is not None:
+        lines.append(current)
+    out = [" ".join(shlex.quote(t) for t in head)] + ["  " + " ".join(shlex.quote(t) for t in line) for line in lines]
+    return " \\\n".join(out)
+
+
+def check(cfg) -> None:
+    """Config invariants for this backend (one line each)."""
+    b, t = cfg.backend, cfg.trainer
+    if not cfg.model.path:
+        raise LzeBenchError("model: backend=openrlhf trains a Hugging Face model; pass model=PATH_OR_HF_ID")
+    nodes, gpus = cluster_shape(cfg)
+    world = nodes * gpus
+    if t.n_samples < 2:
+        raise LzeBenchError(f"trainer.n_samples: GRPO group advantages need >= 2 samples per prompt, got {t.n_samples}")
+    if b.colocate_all and world % b.vllm_tensor_parallel_size:
+        raise LzeBenchError(
+            f"backend.vllm_tensor_parallel_size: {b.vllm_tensor_parallel_size} must divide the {world} GPUs "
+            "(colocated vLLM engines x TP == actor GPUs)"
+        )
+    if (b.vllm_enable_sleep or b.ds_enable_sleep) and not b.colocate_all:
+        raise LzeBenchError("backend.vllm_enable_sleep/ds_enable_sleep: sleep modes need backend.colocate_all=true")
+    if b.max_len <= t.max_new_tokens:
+        raise LzeBenchError(
+            f"backend.max_len: {b.max_len} must exceed trainer.max_new_tokens={t.max_new_tokens} (prompt + response)"
+        )
+    samples = t.batch_size * t.n_samples
+    if samples % (b.train_micro_batch_size * world):
+        raise LzeBenchError(
+            f"trainer.batch_size: {t.batch_size} prompts x {t.n_samples} samples = {samples} must be divisible by "
+            f"backend.train_micro_batch_size x GPUs = {b.train_micro_batch_size} x {world} (DeepSpeed accumulation)"
+        )
+    if samples // b.rollout_micro_batch_size < world:
+        raise LzeBenchError(
+            f"backend.rollout_micro_batch_size: {samples} samples / {b.rollout_micro_batch_size} gives fewer "
+            f"micro-batches than the {world} actor GPUs"
+        )
+    _check_selector(cfg)
+
+
+def _check_selector(cfg) -> None:
+    from lze_bench.registry import SELECTORS
+
+    import lze_bench.selectors  # noqa: F401  (registers them)
+
+    name = cfg.selector.name
+    cls = SELECTORS.get(name)
+    if cls is not None and getattr(cls, "requires", ()):
+        raise LzeBenchError(
+            f"selector={name} needs {', '.join(cls.requires)} from the backend, which backend=openrlhf does not "
+            "compute yet; use backend=local for this selector"
+        )
+
+
+def _check_extra_args(extra: list[str], ours: set[str]) -> None:
+    for token in extra:
+        if not token.startswith("--"):
+            continue
+        flag = token.split("=", 1)[0]
+        if flag in REFUSED:
+            raise LzeBenchError(f"backend.extra_args: {flag} is not supported by backend=openrlhf: {REFUSED[flag]}")
+        if flag in ours:
+            raise LzeBenchError(
+                f"backend.extra_args: {flag} is already set from the config; change the lze-bench key instead "
+                "(see `lze-bench train backend=openrlhf --dry-run`)"
+            )

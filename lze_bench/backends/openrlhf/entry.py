@@ -1,0 +1,102 @@
+"""The Ray driver: OpenRLHF's CLI, unchanged, with our trainer class (openrlhf.md §9 "Entry point").
+
+    python -m lze_bench.backends.openrlhf.entry --lze-config RUN_DIR/config.yaml -- <OpenRLHF flags>
+
+is exactly what `lze-bench train backend=openrlhf --dry-run` prints. It
+1. checks the OpenRLHF version (pinned, one clear line otherwise);
+2. calls `ray.init` itself (address from `backend.ray_address` or env
+   LZE_RAY_ADDRESS, set by slurm.py on the head node) with OpenRLHF's three
+   default env vars plus LZE_RUN_DIR, LZE_CONFIG and the grading settings, so
+   every actor (trainer, vLLM, DeepSpeed) sees them; OpenRLHF's `train()` then
+   skips its own `ray.init`;
+3. replaces `openrlhf.trainer.ppo_trainer.PPOTrainer` by `ray.remote(LzePPOTrainer)`
+   (`train()` imports it lazily, at call time);
+4. runs `openrlhf.cli.train_ppo_ray` as `__main__` with the flags as argv:
+   OpenRLHF's own parser, validation and `train()` run unchanged;
+5. when it returns, checks the ledger is complete, compacts the rollout log and
+   writes DONE.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import runpy
+import sys
+
+from lze_bench.errors import LzeBenchError
+
+OPENRLHF_CLI = "openrlhf.cli.train_ppo_ray"
+ENV_RAY_ADDRESS = "LZE_RAY_ADDRESS"
+
+
+def parse_argv(argv: list[str]) -> tuple[str, list[str]]:
+    """`--lze-config PATH -- FLAGS...` -> (PATH, FLAGS)."""
+    if len(argv) < 3 or argv[0] != "--lze-config" or argv[2] != "--":
+        raise LzeBenchError("usage: python -m lze_bench.backends.openrlhf.entry --lze-config CONFIG.yaml -- FLAGS...")
+    return argv[1], list(argv[3:])
+
+
+def actor_env(cfg, config_path: str) -> dict[str, str]:
+    """Env vars for every Ray actor: OpenRLHF's defaults (respecting the caller's) plus ours."""
+    return {
+        "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "true"),
+        "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN"),
+        "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": os.environ.get("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1"),
+        "LZE_RUN_DIR": str(cfg.run_dir),
+        "LZE_CONFIG": str(os.path.abspath(config_path)),
+        "LZE_GRADE_TIMEOUT_S": str(cfg.backend.grade_timeout_s),
+        "LZE_GRADE_WORKERS": str(cfg.backend.grade_workers),
+    }
+
+
+def install_trainer():
+    """Make OpenRLHF's `train()` build our trainer; returns the ActorClass installed."""
+    import ray
+    import openrlhf.trainer.ppo_trainer as ppo_trainer_module
+
+    from lze_bench.backends.openrlhf.trainer import LzePPOTrainer
+
+    actor_class = ray.remote(LzePPOTrainer)
+    ppo_trainer_module.PPOTrainer = actor_class
+    return actor_class
+
+
+def run(config_path: str, flags: list[str]) -> None:
+    from lze_bench.backends.openrlhf import require_openrlhf
+    from lze_bench.backends.openrlhf.context import finish_run, load_run_config
+
+    require_openrlhf()
+    cfg = load_run_config(config_path)
+    env = actor_env(cfg, config_path)
+    os.environ.update(env)  # the driver process reads them too
+    import ray
+
+    address = cfg.backend.ray_address or os.environ.get(ENV_RAY_ADDRESS) or None
+    ray.init(address=address, runtime_env={"env_vars": env})
+    try:
+        install_trainer()
+        saved_argv = sys.argv
+        sys.argv = [OPENRLHF_CLI, *flags]
+        try:
+            runpy.run_module(OPENRLHF_CLI, run_name="__main__", alter_sys=True)
+        finally:
+            sys.argv = saved_argv
+        finish_run(cfg.run_dir, int(cfg.trainer.steps))
+    finally:
+        ray.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        config_path, flags = parse_argv(list(sys.argv[1:] if argv is None else argv))
+        run(config_path, flags)
+    except LzeBenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""The selection hook inside OpenRLHF's rollout: `LzeSamplesGenerator._generate_vllm` (openrlhf.md §9).
+
+OpenRLHF 0.11.2's `SamplesGenerator._generate_vllm(dataloader_iter, num_prompts,
+dynamic_filtering, **kw) -> (experiences, prompts_consumed, exhausted)` is where
+it does its own DAPO filtering; we override it for the training iterator and
+leave evaluation (`generate_eval_samples`, another iterator) to OpenRLHF.
+
+For a training call we ignore OpenRLHF's shuffled prompt iterator: candidates
+come from lze-bench's seeded data order (selection.DataOrder), the same for
+every selector, and prompts are fetched by id from OpenRLHF's own
+`PromptDataset` (row i = prompt id i, checked at start-up). Each round
+dispatches only the ids `select_rollout` chose with OpenRLHF's
+`_dispatch_prompts_to_vllm`, turns each response into an `Experience` with
+`_process_response_into_experience`, and hands the groups to the selector
+(selection.StepDriver). The call returns exactly `rollout.batch_size` groups
+(n consecutive samples each), so `generate_samples`' buffer, vLLM sleep/wake and
+the experience maker stay OpenRLHF's; after `trainer.steps` steps it returns
+`([], 0, True)`, which ends OpenRLHF's `fit` loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import ray
+from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+
+from lze_bench.backends.openrlhf.data import check_dataset_ids
+from lze_bench.backends.openrlhf.selection import Group
+from lze_bench.errors import LzeBenchError
+
+
+def group_from_experiences(prompt_id: int, experiences: list) -> Group:
+    """A Group from the n single-sample Experiences of one prompt (one vLLM ref)."""
+    rewards, response, total, grade_s = [], [], [], 0.0
+    for e in experiences:
+        if e.rewards is None:
+            raise LzeBenchError(
+                f"prompt {prompt_id}: OpenRLHF got no reward (see '[SingleTurnExecutor] Failed to fetch reward' in "
+                "the vLLM actor logs; lze_bench must be importable there)"
+            )
+        rewards.append(float(e.rewards.reshape(-1)[0]))
+        response.append(int(e.response_length.reshape(-1)[0]))
+        total.append(int(e.total_length.reshape(-1)[0]))
+        if "grade_time_s" in e.info:
+            grade_s += float(e.info["grade_time_s"].reshape(-1)[0])
+    return Group(
+        prompt_id=int(prompt_id),
+        rewards=np.asarray(rewards, dtype=np.float32),
+        response_tokens=np.asarray(response, dtype=np.int64),
+        seq_lengths=np.asarray(total, dtype=np.int64),
+        payload=list(experiences),
+        grade_time_s=grade_s,
+    )
+
+
+class LzeSamplesGenerator(SamplesGenerator):
+    """OpenRLHF's generator with the selector deciding rollouts and kept groups."""
+
+    def __init__(self, *args, context, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.context = context
+        dataset = self.prompts_dataloader.dataset
+        check_dataset_ids(list(dataset.labels))
+        self._dataset = dataset
+        self.records: list = []  # StepRecords of finished steps, taken by the trainer's ledger hook
+
+    def _generate_vllm(self, dataloader_iter, num_prompts: int, dynamic_filtering, **generate_kwargs):
+        if dataloader_iter is not getattr(self, "_dataloader_iter", None):  # evaluation: OpenRLHF's own path
+            return super()._generate_vllm(dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
+        if dynamic_filtering:
+            raise LzeBenchError("--algo.dynamic_filtering_enable is refused with lze-bench: the selector filters")
+        if self.context.finished:
+            return [], 0, True
+        driver = self.context.driver
+        if num_prompts != driver.batch_size:
+            raise LzeBenchError(
+                f"OpenRLHF asked for {num_prompts} prompts, the selector's batch is {driver.batch_size}; "
+                "do not pass --rollout.vllm_generate_batch_size"
+            )
+        groups, record = driver.run_step(lambda ids: self._rollout(ids, **generate_kwargs))
+        experiences = [e for group in groups for e in group.payload]
+        n = self.args.rollout.n_samples_per_prompt
+        if len(experiences) != driver.batch_size * n:  # the exact-batch invariant (openrlhf.md §9)
+            raise LzeBenchError(f"step {record.step}: {len(experiences)} samples, expected {driver.batch_size * n}")
+        self.records.append(record)
+        return experiences, record.prompts_considered, False
+
+    def _rollout(self, ids: np.ndarray, **generate_kwargs) -> list:
+        """Generate and grade n responses for each id; one Group per id, in order."""
+        prompts = [self._dataset.prompts[i] for i in ids]
+        labels = [self._dataset.labels[i] for i in ids]
+        images = [self._dataset.images[i] for i in ids]
+        refs = self._dispatch_prompts_to_vllm(prompts, labels, images=images, **generate_kwargs)
+        responses = ray.get(refs)  # one ref per prompt; order kept
+        groups = []
+        for prompt_id, samples in zip(ids, responses):
+            experiences = [self._process_response_into_experience(r, **generate_kwargs) for r in samples]
+            groups.append(group_from_experiences(int(prompt_id), experiences))
+        return groups
+
+    def take_record(self):
+        """The record of the step just trained (called once per OpenRLHF step)."""
+        if not self.records:
+            raise LzeBenchError("OpenRLHF trained a step the selector did not produce")
+        return self.records.pop(0)

@@ -1,0 +1,130 @@
+"""`lze-bench train backend=openrlhf`: prepare the run directory, then run, submit or print.
+
+* `dry_run(cfg)`: print the exact driver command (and with launcher=slurm the
+  job script); writes nothing, needs no OpenRLHF.
+* `train(cfg)`:
+  - inside a Slurm job step (SLURM_PROCID set, e.g. a sweep job): this node's
+    part of the job (slurm.node_main); rank 0 prepares the run directory;
+  - launcher=slurm: prepare, then submit one submitit job (`OpenRLHFJob`) and
+    return without waiting;
+  - otherwise: prepare, then run the driver command on this machine.
+Preparing writes config.yaml (resolved config + lze-bench version and commit),
+the prompts JSONL and `openrlhf/command.json` (the argv the job runs); an
+existing unfinished run directory is resumed, a finished one is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from lze_bench.backends.openrlhf.command import RunPaths, driver_argv, format_command
+from lze_bench.errors import LzeBenchError
+
+
+def resolve_paths(cfg) -> RunPaths:
+    """Absolute run directory (Ray actors run elsewhere), written back into the config."""
+    from omegaconf import open_dict
+
+    from lze_bench.config import config_dict
+    from lze_bench.rundir import default_run_dir
+
+    run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(config_dict(cfg))
+    run_dir = run_dir.expanduser().resolve()
+    with open_dict(cfg):
+        cfg.run_dir = str(run_dir)
+    return RunPaths(run_dir)
+
+
+def dry_run(cfg, out=None) -> None:
+    out = out or sys.stdout
+    paths = resolve_paths(cfg)
+    argv = driver_argv(cfg, paths)
+    out.write(f"# backend=openrlhf: run directory {paths.run_dir}\n")
+    out.write("# driver command (Ray driver; OpenRLHF 0.11.2 flags after --):\n")
+    out.write(format_command(argv) + "\n")
+    if cfg.launcher.name == "slurm":
+        from lze_bench.backends.openrlhf.script import job_script
+
+        out.write("\n# Slurm job script (launcher=slurm):\n")
+        out.write(job_script(cfg, paths.run_dir, argv, python=argv[0]))
+
+
+def prepare(cfg) -> tuple[RunPaths, list[str]]:
+    """Write config.yaml, prompts and command.json (idempotent for an unfinished run)."""
+    from omegaconf import OmegaConf
+
+    import lze_bench
+    from lze_bench.backends.openrlhf.data import write_prompts
+    from lze_bench.config import config_dict, env_data_root
+    from lze_bench.registry import TASKS
+    from lze_bench.rundir import atomic_write_json, atomic_write_text, git_commit, refuse_finished
+
+    paths = resolve_paths(cfg)
+    refuse_finished(paths.run_dir)
+    argv = driver_argv(cfg, paths)
+    resolved = config_dict(cfg)
+    if paths.config.exists():
+        previous = OmegaConf.to_container(OmegaConf.load(paths.config), resolve=True)
+        previous.pop("lze_bench", None)
+        if previous != resolved:
+            raise LzeBenchError(
+                f"run_dir {str(paths.run_dir)!r} holds an unfinished run with another config; "
+                "pass a new run_dir=PATH, or the same overrides to resume it"
+            )
+    meta = {"version": lze_bench.__version__, "git_commit": git_commit()}
+    atomic_write_text(paths.config, OmegaConf.to_yaml(OmegaConf.create({**resolved, "lze_bench": meta})))
+    if not paths.prompts.exists():
+        task = TASKS[cfg.task.name]
+        rows = task.load(cfg.task, env_data_root(cfg.data.root))
+        write_prompts(rows, paths.prompts)
+    atomic_write_json(paths.work / "command.json", {"argv": argv})
+    return paths, argv
+
+
+def train(cfg) -> Path:
+    if "SLURM_PROCID" in os.environ:
+        return _run_node(cfg)
+    if cfg.launcher.name == "slurm":
+        return _submit(cfg)
+    from lze_bench.backends.openrlhf import require_openrlhf
+
+    require_openrlhf()
+    paths, argv = prepare(cfg)
+    code = subprocess.run(argv, check=False).returncode
+    if code != 0:
+        raise LzeBenchError(f"the OpenRLHF driver exited with code {code}; rerun the same command to resume")
+    return paths.run_dir
+
+
+def _run_node(cfg) -> Path:
+    from lze_bench.backends.openrlhf.command import cluster_shape
+    from lze_bench.backends.openrlhf.slurm import NodeRole, node_main
+
+    _, gpus = cluster_shape(cfg)
+    role = NodeRole.from_env(gpus)
+    paths = prepare(cfg)[0] if role.rank == 0 else resolve_paths(cfg)
+    code = node_main(paths.run_dir, role)
+    if code != 0:
+        raise LzeBenchError(f"the OpenRLHF driver exited with code {code} on {role.head_host}")
+    return paths.run_dir
+
+
+def _submit(cfg) -> Path:
+    import submitit
+
+    from lze_bench.backends.openrlhf.command import cluster_shape
+    from lze_bench.backends.openrlhf.slurm import OpenRLHFJob, executor_parameters
+
+    paths, _ = prepare(cfg)
+    params = executor_parameters(cfg, paths.work / "slurm")
+    folder = params.pop("folder")
+    executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
+    executor.update_parameters(**params)
+    job = executor.submit(OpenRLHFJob(), str(paths.run_dir), cluster_shape(cfg)[1])
+    print(f"submitted Slurm job {job.job_id} for {paths.run_dir}", file=sys.stderr)
+    (paths.work / "slurm").mkdir(parents=True, exist_ok=True)
+    (paths.work / "slurm" / "job_id").write_text(f"{job.job_id}\n")
+    return paths.run_dir

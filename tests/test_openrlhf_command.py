@@ -1,0 +1,287 @@
+"""backend=openrlhf: the OpenRLHF command line and the Slurm job script for the recipe, field by field.
+
+Pure string generation: runs without OpenRLHF (openrlhf.md §9, §10, §12).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from lze_bench.backends.openrlhf.command import REWARD_FUNC, RunPaths, driver_argv, openrlhf_flags
+from lze_bench.cli import app
+from lze_bench.config import compose
+from lze_bench.errors import LzeBenchError
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = REPO / "sweeps" / "qwen25_math_1p5b.yaml"
+
+
+def recipe_overrides(selector: str = "uniform", seed: int = 0, extra=()) -> list[str]:
+    spec = yaml.safe_load(RECIPE.read_text())
+    return [*spec["overrides"], f"selector={selector}", f"seed={seed}", *extra]
+
+
+def flag_map(flags: list[str]) -> dict[str, list[str]]:
+    """--flag -> its values ([] for a switch); a flag given twice is an error here."""
+    out: dict[str, list[str]] = {}
+    current = None
+    for token in flags:
+        if token.startswith("--"):
+            assert token not in out, f"{token} given twice"
+            out[token] = []
+            current = token
+        else:
+            out[current].append(token)
+    return out
+
+
+@pytest.fixture()
+def recipe_cfg(tmp_path):
+    return compose("train", recipe_overrides(extra=[f"run_dir={tmp_path / 'run'}"]))
+
+
+def test_recipe_grid_is_baseline_plus_selectors_the_backend_runs():
+    spec = yaml.safe_load(RECIPE.read_text())
+    assert spec["grid"]["selector"][0] == "uniform"
+    assert set(spec["grid"]["selector"]) == {"uniform", "dapo", "lze", "lze_full"}
+    assert spec["grid"]["seed"] == [0, 1, 2]
+
+
+def test_recipe_flags_field_by_field(recipe_cfg, tmp_path):
+    run = tmp_path / "run"
+    flags = flag_map(openrlhf_flags(recipe_cfg, RunPaths(run)))
+    expected = {
+        "--actor.model_name_or_path": ["Qwen/Qwen2.5-Math-1.5B"],
+        "--actor.num_nodes": ["1"],
+        "--actor.num_gpus_per_node": ["8"],
+        "--vllm.num_engines": ["8"],
+        "--vllm.tensor_parallel_size": ["1"],
+        "--vllm.gpu_memory_utilization": ["0.6"],
+        "--vllm.enable_sleep": [],
+        "--train.colocate_all": [],
+        "--ds.zero_stage": ["2"],
+        "--ds.param_dtype": ["bf16"],
+        "--ds.enable_sleep": [],
+        "--ds.packing_samples": [],
+        "--actor.gradient_checkpointing_enable": [],
+        "--ds.attn_implementation": ["flash_attention_2"],
+        "--algo.advantage.estimator": ["group_norm"],
+        "--rollout.n_samples_per_prompt": ["8"],
+        "--rollout.batch_size": ["128"],
+        "--train.batch_size": ["1024"],
+        "--rollout.micro_batch_size": ["16"],
+        "--train.micro_batch_size": ["8"],
+        "--train.max_epochs": ["1"],
+        "--train.num_episodes": ["1"],
+        "--data.max_len": ["4096"],
+        "--rollout.max_new_tokens": ["3072"],
+        "--rollout.temperature": ["1"],
+        "--rollout.top_p": ["1"],
+        "--actor.adam.lr": ["1e-06"],
+        "--actor.adam.weight_decay": ["0"],
+        "--actor.max_norm": ["1"],
+        "--actor.lr_scheduler": ["cosine_with_min_lr"],
+        "--actor.lr_warmup_ratio": ["0.03"],
+        "--actor.min_lr_ratio": ["0.1"],
+        "--actor.eps_clip_low_high": ["0.2", "0.28"],
+        "--actor.loss_agg_mode": ["token-mean"],
+        "--algo.kl.init_coef": ["0"],
+        "--train.seed": ["0"],
+        "--data.prompt_dataset": [str(run / "openrlhf" / "prompts.jsonl")],
+        "--data.input_key": ["input"],
+        "--data.label_key": ["label"],
+        "--data.apply_chat_template": [],
+        "--reward.remote_url": [str(REWARD_FUNC)],
+        "--ckpt.path": [str(run / "openrlhf" / "ckpt")],
+        "--ckpt.save_steps": ["20"],
+        "--ckpt.save_hf": [],
+        "--ckpt.max_num": ["2"],
+        "--ckpt.load_enable": [],
+        "--ckpt.output_dir": [str(run / "openrlhf" / "final")],
+        "--ckpt.best_metric_key": ["none"],
+        "--eval.steps": ["-1"],
+        "--logger.logging_steps": ["1"],
+    }
+    assert flags == expected
+    assert REWARD_FUNC.is_file() and REWARD_FUNC.name == "reward_func.py"
+
+
+def test_driver_argv_is_entry_module_then_openrlhf_flags(recipe_cfg, tmp_path):
+    paths = RunPaths(tmp_path / "run")
+    argv = driver_argv(recipe_cfg, paths, python="python3")
+    assert argv[:6] == ["python3", "-m", "lze_bench.backends.openrlhf.entry", "--lze-config",
+                        str(tmp_path / "run" / "config.yaml"), "--"]
+    assert argv[6:] == openrlhf_flags(recipe_cfg, paths)
+
+
+def test_kl_adds_reference_model_and_kl_loss(tmp_path):
+    cfg = compose("train", recipe_overrides(extra=["trainer.kl_coef=0.001", "trainer.scale_rewards=false",
+                                                   "launcher.nodes=2", "backend.num_nodes=null"]))
+    flags = flag_map(openrlhf_flags(cfg, RunPaths(tmp_path)))
+    assert flags["--ref.num_nodes"] == ["2"] and flags["--ref.num_gpus_per_node"] == ["8"]
+    assert flags["--actor.num_nodes"] == ["2"] and flags["--vllm.num_engines"] == ["16"]
+    assert flags["--algo.kl.init_coef"] == ["0.001"]
+    assert flags["--algo.kl.use_loss"] == [] and flags["--algo.kl.estimator"] == ["k3"]
+    assert flags["--algo.advantage.estimator"] == ["dr_grpo"]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["trainer.batch_size=100"], "trainer.batch_size: 100 prompts x 8 samples = 800 must be divisible"),
+        (["trainer.n_samples=1"], "trainer.n_samples: GRPO group advantages need >= 2"),
+        (["backend.vllm_tensor_parallel_size=3"], "backend.vllm_tensor_parallel_size: 3 must divide the 8 GPUs"),
+        (["trainer.max_new_tokens=4096"], "backend.max_len: 4096 must exceed trainer.max_new_tokens=4096"),
+        (["backend.colocate_all=false"], "sleep modes need backend.colocate_all=true"),
+        (["backend.gpus_per_node=null", "launcher.gpus_per_node=0"], "backend.gpus_per_node: backend=openrlhf needs"),
+        (["selector=hive"], "selector=hive needs prompt_entropy"),
+        (["selector=astral"], "selector=astral needs prompt_embedding"),
+        (["model=tiny"], "model: backend=openrlhf trains a Hugging Face model"),
+        (["backend.extra_args=[--train.async_enable]"], "--train.async_enable is not supported"),
+        (["backend.extra_args=[--algo.dynamic_filtering_enable]"], "the selector replaces OpenRLHF's dynamic"),
+        (["backend.extra_args=[--rollout.vllm_generate_batch_size,256]"], "train a step late"),
+        (["backend.extra_args=[--train.batch_size,512]"], "--train.batch_size is already set from the config"),
+    ],
+)
+def test_invariants_fail_with_one_line(tmp_path, extra, message):
+    keys = {item.split("=", 1)[0] for item in extra}
+    overrides = [o for o in recipe_overrides() if o.split("=", 1)[0] not in keys] + extra
+    cfg = compose("train", overrides)
+    with pytest.raises(LzeBenchError) as info:
+        openrlhf_flags(cfg, RunPaths(tmp_path))
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_extra_args_pass_through_verbatim(tmp_path):
+    cfg = compose("train", recipe_overrides(extra=["backend.extra_args=[--actor.entropy_coef,0.0]"]))
+    flags = openrlhf_flags(cfg, RunPaths(tmp_path))
+    assert flags[-2:] == ["--actor.entropy_coef", "0.0"]
+
+
+def test_dry_run_cli_prints_exact_command(tmp_path):
+    run = tmp_path / "run"
+    result = CliRunner().invoke(app, ["train", *recipe_overrides(extra=["launcher=local", f"run_dir={run}"]),
+                                      "--dry-run"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == f"# backend=openrlhf: run directory {run}"
+    assert "-m lze_bench.backends.openrlhf.entry" in lines[2]
+    assert "  --rollout.batch_size 128 \\" in lines and "  --train.batch_size 1024 \\" in lines
+    assert lines[-1] == "  --logger.logging_steps 1"
+    assert "#SBATCH" not in result.output
+    assert not run.exists()  # a dry run writes nothing
+
+
+def test_dry_run_slurm_prints_job_script_field_by_field(tmp_path):
+    run = tmp_path / "run"
+    extra = [f"run_dir={run}", "launcher.partition=gpu", "launcher.account=proj", "launcher.nodes=2",
+             "backend.num_nodes=null", "launcher.setup=['source /fs/venv/bin/activate']"]
+    result = CliRunner().invoke(app, ["train", *recipe_overrides(extra=extra), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    script = result.output.split("# Slurm job script (launcher=slurm):\n", 1)[1]
+    lines = script.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    sbatch = [line for line in lines if line.startswith("#SBATCH")]
+    assert sbatch == [
+        "#SBATCH --job-name=lze-run",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --cpus-per-task=64",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --account=proj",
+        "#SBATCH --mem=512G",
+        "#SBATCH --time=1440",
+        "#SBATCH --exclusive",
+        f"#SBATCH --output={run}/openrlhf/slurm/%j_%t.out",
+        "#SBATCH --signal=USR2@90",
+        "#SBATCH --requeue",
+    ]
+    assert "source /fs/venv/bin/activate" in lines
+    head = next(line for line in lines if line.startswith("#   rank 0:"))
+    for part in ("ray start --head", "--port=<port>", "--num-gpus=8", "--num-cpus=64", "--disable-usage-stats",
+                 "--include-dashboard=false", "/tmp/ray_$SLURM_JOB_ID"):
+        assert part in head
+    worker = next(line for line in lines if line.startswith("#   rank>0:"))
+    assert "'--address=<head-ip>:<port>' --block" in worker
+    assert "#     --actor.num_nodes 2 \\" in lines and "#     --vllm.num_engines 16 \\" in lines
+    assert lines[-1] == f"srun --nodes=2 --ntasks-per-node=1 {sys.executable} -m lze_bench.backends.openrlhf.slurm {run} 8"
+
+
+def test_dry_run_needs_no_openrlhf_ray_or_torch(tmp_path):
+    code = (
+        "import sys\n"
+        "from lze_bench.config import compose\n"
+        "from lze_bench.backends.openrlhf.launch import dry_run\n"
+        f"cfg = compose('train', {recipe_overrides(extra=[f'run_dir={tmp_path}'])!r})\n"
+        "import io; dry_run(cfg, io.StringIO())\n"
+        "heavy = [m for m in ('openrlhf', 'ray', 'vllm', 'deepspeed', 'torch') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_sweep_dry_run_lists_the_recipe():
+    result = CliRunner().invoke(app, ["sweep", "sweep=qwen25_math_1p5b", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "12 jobs" in result.output
+
+
+@pytest.mark.parametrize(
+    "installed, message",
+    [
+        (None, "openrlhf is not installed (backend=openrlhf runs OpenRLHF's Ray GRPO trainer); "
+               "install it with: pip install 'lze-bench[openrlhf]'"),
+        ("0.11.0", "openrlhf 0.11.0 is installed, but backend=openrlhf supports only openrlhf==0.11.2"),
+    ],
+)
+def test_missing_or_unsupported_openrlhf_is_one_clear_line(monkeypatch, installed, message):
+    from importlib import metadata
+
+    from lze_bench.backends.openrlhf import require_openrlhf
+
+    def version(name):
+        if installed is None:
+            raise metadata.PackageNotFoundError(name)
+        return installed
+
+    monkeypatch.setattr(metadata, "version", version)
+    with pytest.raises(LzeBenchError) as info:
+        require_openrlhf()
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.mark.skipif(not (SHARED / "gsm8k" / "train.jsonl").exists(), reason=f"no GSM8K train file under {SHARED}")
+def test_prepare_writes_config_prompts_and_the_exact_argv(tmp_path):
+    import json
+
+    from omegaconf import OmegaConf
+
+    from lze_bench.backends.openrlhf.launch import prepare
+    from lze_bench.rundir import mark_done
+
+    run = tmp_path / "run"
+    overrides = recipe_overrides(extra=[f"run_dir={run}", "task=gsm8k", "task.limit=50", f"data.root={SHARED}"])
+    paths, argv = prepare(compose("train", overrides))
+    assert paths.run_dir == run
+    saved = OmegaConf.load(paths.config)
+    assert saved.run_dir == str(run) and saved.backend.name == "openrlhf" and "version" in saved.lze_bench
+    lines = paths.prompts.read_text().splitlines()
+    assert len(lines) == 50 and json.loads(json.loads(lines[0])["label"]) == {"id": 0, "answer": "72"}
+    assert json.loads((paths.work / "command.json").read_text())["argv"] == argv
+    assert argv == driver_argv(compose("train", overrides), paths)
+    prepare(compose("train", overrides))  # an unfinished run prepares again unchanged (resume, requeue)
+    with pytest.raises(LzeBenchError, match="holds an unfinished run with another config"):
+        prepare(compose("train", overrides + ["trainer.lr=2e-6"]))
+    mark_done(run)
+    with pytest.raises(LzeBenchError, match="holds a finished run"):
+        prepare(compose("train", overrides))

@@ -1,0 +1,239 @@
+"""backend=openrlhf against the real OpenRLHF 0.11.2: signatures we override, its argparse, the selection hook.
+
+Runs where `openrlhf==0.11.2`, `ray` and `deepspeed` import (CI installs them on
+CPU, see .ci/run). `vllm` and `flash_attn` cannot be installed on CPU: the
+stubs in tests/stubs stand in for them only when the real packages are missing,
+and are removed from `sys.path`/`sys.modules` right after OpenRLHF is imported
+so no other test sees them. vLLM generation itself is replaced by responses
+built the way `RolloutRayActor.generate_responses` returns them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import json
+import runpy
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+STUBS = Path(__file__).resolve().parent / "stubs"
+STUB_PACKAGES = ("vllm", "flash_attn")
+OPENRLHF_MODULES = ("openrlhf.trainer.ppo_trainer", "openrlhf.trainer.ppo_utils.samples_generator",
+                    "openrlhf.trainer.ppo_utils.experience_maker", "openrlhf.trainer.ray.vllm_engine")
+
+
+def _import_openrlhf() -> str | None:
+    """Import the OpenRLHF modules we subclass; the failing import's message, or None."""
+    missing = [name for name in STUB_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        sys.path.insert(0, str(STUBS))
+    try:
+        for module in OPENRLHF_MODULES:
+            importlib.import_module(module)
+        importlib.import_module("lze_bench.backends.openrlhf.trainer")
+    except Exception as exc:  # ImportError, or an import-time error of a heavy dependency
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        if missing:
+            sys.path.remove(str(STUBS))
+            for name in list(sys.modules):
+                if name.split(".")[0] in missing:
+                    del sys.modules[name]
+    return None
+
+
+IMPORT_ERROR = _import_openrlhf()
+pytestmark = pytest.mark.skipif(IMPORT_ERROR is not None, reason=f"OpenRLHF 0.11.2 does not import: {IMPORT_ERROR}")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
+
+
+def names(fn) -> list[str]:
+    # `@ray.remote` adds `_ray_trace_ctx` to the actor class's methods (Ray's tracing hook), not OpenRLHF
+    return [p.name for p in inspect.signature(fn).parameters.values() if p.name != "_ray_trace_ctx"]
+
+
+def test_pinned_version_and_private_signatures():
+    from openrlhf.trainer.ppo_trainer import BasePPOTrainer, PPOTrainer
+    from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+
+    from lze_bench.backends.openrlhf import require_openrlhf
+
+    assert require_openrlhf() == "0.11.2"
+    assert names(SamplesGenerator.__init__) == ["self", "strategy", "prompts_dataloader", "eval_dataloader",
+                                                 "tokenizer", "vllm_engines"]
+    assert names(SamplesGenerator._generate_vllm) == ["self", "dataloader_iter", "num_prompts", "dynamic_filtering",
+                                                      "generate_kwargs"]
+    dispatch = inspect.signature(SamplesGenerator._dispatch_prompts_to_vllm).parameters
+    assert list(dispatch) == ["self", "prompts", "labels", "images", "generate_kwargs"]
+    assert dispatch["images"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert names(SamplesGenerator._process_response_into_experience) == ["self", "response", "generate_kwargs"]
+    assert names(SamplesGenerator.generate_samples) == ["self", "generate_kwargs"]
+    assert names(BasePPOTrainer.save_logs_and_checkpoints) == ["self", "global_step", "logs_dict", "client_states"]
+    assert names(BasePPOTrainer.init_checkpoint_states) == ["self"]
+    base = PPOTrainer.__ray_actor_class__
+    assert names(base.__init__) == ["self", "pretrain", "strategy", "actor_model_group", "critic_model_group",
+                                    "reward_model_group", "reference_model_group", "vllm_engines", "generate_kwargs"]
+    assert names(base.get_max_steps) == ["self"] and names(base.fit) == ["self", "global_step"]
+
+
+def test_install_trainer_swaps_openrlhf_trainer_class(monkeypatch):
+    import openrlhf.trainer.ppo_trainer as module
+
+    from lze_bench.backends.openrlhf.entry import install_trainer
+    from lze_bench.backends.openrlhf.trainer import LzePPOTrainer
+
+    monkeypatch.setattr(module, "PPOTrainer", module.PPOTrainer)  # restored after the test
+    actor_class = install_trainer()
+    assert module.PPOTrainer is actor_class and hasattr(actor_class, "remote")
+    assert actor_class.__ray_actor_class__ is LzePPOTrainer
+    assert issubclass(LzePPOTrainer, module.BasePPOTrainer)
+
+
+class Captured(Exception):
+    def __init__(self, parsed):
+        super().__init__("parsed")
+        self.parsed = parsed
+
+
+def openrlhf_parse(flags: list[str], monkeypatch):
+    """OpenRLHF's own parser and validation on `flags` (its `train()` stops at get_strategy)."""
+    import openrlhf.utils
+
+    def capture(args):
+        raise Captured(args)
+
+    monkeypatch.setattr(openrlhf.utils, "get_strategy", capture)
+    monkeypatch.setattr(sys, "argv", ["train_ppo_ray", *flags])
+    with pytest.raises(Captured) as info:
+        runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
+    return info.value.parsed
+
+
+def recipe_cfg(extra=()):
+    import yaml
+
+    from lze_bench.config import compose
+
+    spec = yaml.safe_load((REPO / "sweeps" / "qwen25_math_1p5b.yaml").read_text())
+    return compose("train", [*spec["overrides"], "selector=uniform", "seed=0", *extra])
+
+
+def test_openrlhf_parses_and_validates_the_recipe_flags(ray_local, monkeypatch, tmp_path):
+    from lze_bench.backends.openrlhf.command import REWARD_FUNC, RunPaths, openrlhf_flags
+
+    cfg = recipe_cfg([f"run_dir={tmp_path}", "trainer.kl_coef=0.001"])
+    args = openrlhf_parse(openrlhf_flags(cfg, RunPaths(tmp_path)), monkeypatch)
+    assert (args.rollout.batch_size, args.rollout.n_samples_per_prompt, args.train.batch_size) == (128, 8, 1024)
+    assert args.rollout.vllm_generate_batch_size == 128  # OpenRLHF's default: our batch, no over-sampling
+    assert args.reward.remote_url == [str(REWARD_FUNC)]
+    assert list(args.actor.eps_clip_low_high) == [0.2, 0.28] and args.actor.adam.lr == 1e-6
+    assert args.algo.advantage.estimator == "group_norm" and args.critic.model_name_or_path is None
+    assert args.algo.kl.init_coef == 0.001 and args.algo.kl.use_loss and args.algo.kl.estimator == "k3"
+    assert args.ckpt.save_hf and args.ckpt.load_enable and args.ckpt.save_steps == 20
+    assert args.ckpt.path == str(tmp_path / "openrlhf" / "ckpt")
+    assert args.train.colocate_all and args.vllm.enable_sleep and args.ds.enable_sleep
+    assert not args.algo.dynamic_filtering_enable and not args.train.async_enable
+    assert (args.data.input_key, args.data.label_key, args.data.apply_chat_template) == ("input", "label", True)
+
+
+# --- the selection hook on OpenRLHF's own generator and Experience objects ----------------
+
+N, B, STEPS, PROMPT_TOKENS, RESPONSE_TOKENS = 4, 4, 2, 6, 3
+
+
+def fake_responses(prompt: str, label: str, n: int) -> list[dict]:
+    """What `RolloutRayActor.generate_responses` returns for one prompt: n single-turn responses."""
+    prompt_id = json.loads(label)["id"]
+    correct = 2 if prompt_id % 2 else 0  # odd prompts: 2 of 4 correct; even: none (dead groups)
+    out = []
+    for j in range(n):
+        reward = 1.0 if j < correct else 0.0
+        out.append({"prompt": prompt, "label": label, "images": None, "mm_train_inputs": None,
+                    "observation_tokens": list(range(PROMPT_TOKENS + RESPONSE_TOKENS)),
+                    "action_ranges": [(PROMPT_TOKENS, PROMPT_TOKENS + RESPONSE_TOKENS)], "rollout_log_probs": None,
+                    "truncated": False, "reward": reward, "scores": reward, "extra_logs": {"grade_time_s": 0.01}})
+    return out
+
+
+def build_generator(ray_local, tmp_path, monkeypatch, selector: str):
+    import torch
+    from openrlhf.datasets import PromptDataset
+
+    from lze_bench.backends.openrlhf.command import RunPaths, openrlhf_flags
+    from lze_bench.backends.openrlhf.context import RunContext
+    from lze_bench.backends.openrlhf.data import write_prompts
+    from lze_bench.backends.openrlhf.generator import LzeSamplesGenerator
+    from lze_bench.flops import FlopModel
+
+    cfg = recipe_cfg([f"run_dir={tmp_path}", f"selector={selector}", f"trainer.batch_size={B}",
+                      f"trainer.n_samples={N}", f"trainer.steps={STEPS}", "backend.gpus_per_node=1",
+                      "backend.train_micro_batch_size=4", "backend.rollout_micro_batch_size=4",
+                      "backend.apply_chat_template=false"])
+    paths = RunPaths(tmp_path)
+    args = openrlhf_parse(openrlhf_flags(cfg, paths), monkeypatch)
+    rows = [{"id": i, "problem": f"What is {i}+1?", "answer": str(i + 1)} for i in range(24)]
+    write_prompts(rows, paths.prompts)
+    data = [json.loads(line) for line in paths.prompts.read_text().splitlines()]
+    strategy = SimpleNamespace(args=args, is_rank_0=lambda: True, print=lambda *a, **k: None)
+    dataset = PromptDataset(data, None, strategy)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=1, shuffle=True, collate_fn=dataset.collate_fn)
+
+    class FakeVllm(LzeSamplesGenerator):  # vLLM engines are the one thing replaced
+        def _dispatch_prompts_to_vllm(self, prompts, labels, *, images=None, **kw):
+            return [ray_local.put(fake_responses(p, l, kw.get("n_samples_per_prompt", N)))
+                    for p, l in zip(prompts, labels)]
+
+    context = RunContext(cfg, num_prompts=len(dataset), flops=FlopModel(100, 2, 8))
+    generator = FakeVllm(strategy=strategy, prompts_dataloader=loader, eval_dataloader=None, tokenizer=None,
+                         vllm_engines=[], context=context)
+    return generator, context
+
+
+GENERATE_KWARGS = {"do_sample": True, "max_len": 64, "max_new_tokens": RESPONSE_TOKENS, "temperature": 1.0,
+                   "top_p": 1.0}
+
+
+def test_generate_samples_returns_exact_groups_in_our_data_order(ray_local, tmp_path, monkeypatch):
+    from lze_bench.backends.openrlhf.selection import DataOrder
+
+    generator, context = build_generator(ray_local, tmp_path, monkeypatch, "uniform")
+    samples, pass_rate, consumed, exhausted = generator.generate_samples(**GENERATE_KWARGS)
+    assert len(samples) == B * N and consumed == B and not exhausted and pass_rate is None
+    ids = [json.loads(s.labels[0])["id"] for s in samples]
+    assert ids[::N] == DataOrder(24, 0).permutation(0)[:B].tolist()  # ours, not the loader's shuffle
+    assert all(ids[k:k + N] == [ids[k]] * N for k in range(0, len(ids), N))  # groups contiguous
+    assert all(s.rewards.shape == (1,) for s in samples)
+    record = generator.take_record()
+    row = context.write_step(record, {"timing/ppo_train": 1.0})
+    seq = PROMPT_TOKENS + RESPONSE_TOKENS
+    assert row["prompt_tokens"] == B * N * PROMPT_TOKENS and row["generated_tokens"] == B * N * RESPONSE_TOKENS
+    assert row["flops_train"] == 3 * B * N * (200 * seq + 32 * seq * (seq + 1))
+
+
+def test_generate_samples_refills_for_lze_and_stops_after_trainer_steps(ray_local, tmp_path, monkeypatch):
+    generator, context = build_generator(ray_local, tmp_path, monkeypatch, "lze")
+    for _ in range(STEPS):
+        samples, _, consumed, exhausted = generator.generate_samples(**GENERATE_KWARGS)
+        ids = [json.loads(s.labels[0])["id"] for s in samples]
+        assert len(samples) == B * N and all(i % 2 == 1 for i in ids)  # epoch 0: only alive groups kept
+        record = generator.take_record()
+        assert record.gen_rounds >= 2 and consumed == record.prompts_considered
+        context.write_step(record, {})
+    samples, _, consumed, exhausted = generator.generate_samples(**GENERATE_KWARGS)
+    assert samples == [] and consumed == 0 and exhausted
+    assert len(list((tmp_path / "rollouts").glob("part-step_*.parquet"))) == STEPS

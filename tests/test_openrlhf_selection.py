@@ -1,0 +1,230 @@
+"""backend=openrlhf: the selector calls of one training step, the ledger rows and the run state.
+
+No OpenRLHF needed: the rollout is a deterministic function of the prompt id
+(response j of prompt i is correct iff j < round(n * p_i)), standing in for
+vLLM; the selectors are the real registered ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+from pathlib import Path
+
+from lze_bench.backends.openrlhf.accounting import ledger_row, rollout_rows
+from lze_bench.backends.openrlhf.context import RunContext, finish_run
+from lze_bench.backends.openrlhf.selection import DataOrder, Group, StepDriver, StepRecord
+from lze_bench.config import compose
+from lze_bench.errors import LzeBenchError
+from lze_bench.flops import FlopModel
+from lze_bench.ledger import LEDGER_COLUMNS, Ledger, read_ledger, read_rollouts
+from lze_bench.registry import SELECTORS
+from lze_bench.rundir import is_done, list_checkpoints
+from lze_bench.selectors import build_selector
+
+N_SAMPLES = 4
+RECIPE = Path(__file__).resolve().parents[1] / "sweeps" / "qwen25_math_1p5b.yaml"
+
+
+def make_rollout(pass_rate, calls=None):
+    """rollout(ids) -> Groups; pass_rate(i) in [0, 1]."""
+
+    def rollout(ids):
+        if calls is not None:
+            calls.append(list(map(int, ids)))
+        groups = []
+        for i in map(int, ids):
+            correct = int(round(N_SAMPLES * pass_rate(i)))
+            rewards = (np.arange(N_SAMPLES) < correct).astype(np.float32)
+            response = 10 + np.arange(N_SAMPLES)
+            groups.append(Group(i, rewards, response, response + 5 + i % 3, payload=[f"s{i}.{j}" for j in range(4)]))
+        return groups
+
+    return rollout
+
+
+def driver_for(name, *, num_prompts=40, batch=4, seed=0, max_rounds=12, short="fill", candidates=None, **config):
+    cls = SELECTORS[name]
+    selector = build_selector(cls.Config(**config), num_prompts=num_prompts, batch_size=batch)
+    return StepDriver(selector, DataOrder(num_prompts, seed), seed=seed, batch_size=batch,
+                      candidates_per_step=candidates, max_rounds=max_rounds, short_batch=short)
+
+
+def test_data_order_is_seeded_per_epoch_and_never_spans_epochs():
+    order = DataOrder(10, seed=3)
+    first, new = order.take(4)
+    assert not new and first.tolist() == np.random.default_rng([3, 0]).permutation(10)[:4].tolist()
+    order.take(4)
+    third, new = order.take(4)  # only 2 left in epoch 0: skipped, epoch 1 starts
+    assert new and order.epoch == 1
+    assert third.tolist() == np.random.default_rng([3, 1]).permutation(10)[:4].tolist()
+    with pytest.raises(LzeBenchError, match="candidates_per_step"):
+        order.take(11)
+
+
+def test_uniform_one_round_exact_batch_in_data_order():
+    driver = driver_for("uniform")
+    calls = []
+    kept, record = driver.run_step(make_rollout(lambda i: 0.5, calls))
+    expected = DataOrder(40, 0).permutation(0)[:4].tolist()
+    assert calls == [expected]
+    assert [g.prompt_id for g in kept] == expected
+    assert (record.prompts_considered, record.prompts_rolled_out, record.gen_rounds) == (4, 4, 1)
+    assert record.kept_flags == [True] * 4 and not record.partial and driver.step == 1
+
+
+def test_every_selector_sees_the_same_first_candidates():
+    firsts = {}
+    for name in ("uniform", "lze"):
+        calls = []
+        driver_for(name).run_step(make_rollout(lambda i: 0.5, calls))
+        firsts[name] = calls[0]
+    assert firsts["uniform"] == firsts["lze"]
+
+
+def test_dapo_refills_until_the_batch_holds_informative_groups():
+    informative = lambda i: 0.5 if i % 10 == 0 else float(i % 2)  # 1 prompt in 10 is informative
+    driver = driver_for("dapo", num_prompts=200)
+    calls = []
+    kept, record = driver.run_step(make_rollout(informative, calls))
+    perm = DataOrder(200, 0).permutation(0)
+    assert len(calls[0]) == 12  # gen_batch_size = 3 x 4, all rolled out
+    rolled = [i for call in calls for i in call]
+    assert rolled == perm[: len(rolled)].tolist()
+    expected_kept = [i for i in rolled if i % 10 == 0][:4]
+    assert [g.prompt_id for g in kept] == expected_kept
+    assert record.gen_rounds == len(calls) > 1 and record.prompts_rolled_out == len(rolled)
+    assert sum(record.kept_flags) == 4 and not record.partial
+
+
+def test_lze_keeps_alive_groups_and_refills_fresh_rounds():
+    # epoch 0: LZE keeps every group with 0 < p < 1; half the prompts are dead
+    driver = driver_for("lze", num_prompts=100)
+    calls = []
+    kept, record = driver.run_step(make_rollout(lambda i: 0.5 if i % 2 else 1.0, calls))
+    assert len(kept) == 4 and all(g.prompt_id % 2 == 1 for g in kept)
+    assert all(len(c) == 4 for c in calls) and record.gen_rounds == len(calls) >= 2
+    rows = rollout_rows(record)
+    assert [r["prompt_id"] for r in rows] == [i for c in calls for i in c]
+    assert sum(r["kept"] for r in rows) == 4
+
+
+def test_short_batch_fill_marks_partial_and_error_refuses():
+    dead = lambda i: 0.5 if i == 7 else 1.0
+    driver = driver_for("dapo", num_prompts=40, max_gen_batches=1, on_exhaust="partial")
+    kept, record = driver.run_step(make_rollout(dead))
+    assert len(kept) == 4 and record.partial and record.gen_rounds == 1
+    strict = driver_for("dapo", num_prompts=40, short="error", max_gen_batches=1, on_exhaust="partial")
+    with pytest.raises(LzeBenchError, match="kept .* of 4 groups"):
+        strict.run_step(make_rollout(dead))
+
+
+def test_replay_decisions_are_refused():
+    class ReplayAll(SELECTORS["uniform"]):  # a plug-in asking for ASTRAL-style replay
+        def select_update(self, batch, step, rng):
+            from lze_bench.selectors.base import UpdateDecision
+
+            return UpdateDecision(keep=np.ones(batch.num_groups, bool), replay=np.array([[1, 0]]))
+
+    driver = StepDriver(ReplayAll(num_prompts=10), DataOrder(10, 0), seed=0, batch_size=2,
+                        candidates_per_step=None, max_rounds=2)
+    with pytest.raises(LzeBenchError, match="no rollout store"):
+        driver.run_step(make_rollout(lambda i: 0.5))
+
+
+def test_resume_reproduces_candidates_and_selector_state():
+    rate = lambda i: (i % 5) / 4
+    straight = driver_for("lze", num_prompts=30)
+    calls_straight = []
+    for _ in range(5):
+        straight.run_step(make_rollout(rate, calls_straight))
+    first = driver_for("lze", num_prompts=30)
+    for _ in range(3):
+        first.run_step(make_rollout(rate))
+    position, state = first.position(), first.selector.state_dict()
+    resumed = driver_for("lze", num_prompts=30)
+    resumed.restore(position)
+    resumed.selector.load_state_dict(state)
+    calls_resumed = []
+    for _ in range(2):
+        resumed.run_step(make_rollout(rate, calls_resumed))
+    assert calls_resumed == calls_straight[-len(calls_resumed):]
+    assert resumed.position() == straight.position()
+
+
+def hand_record():
+    g1 = Group(3, np.array([1, 0], np.float32), np.array([2, 4]), np.array([7, 9]), grade_time_s=0.25)
+    g2 = Group(5, np.array([0, 0], np.float32), np.array([1, 1]), np.array([6, 6]), grade_time_s=0.5)
+    return StepRecord(step=2, epoch=1, prompts_considered=6, prompts_rolled_out=2, gen_rounds=1,
+                      rolled=[g1, g2], kept_flags=[True, False], time_rollout_s=3.0, time_select_s=0.1,
+                      time_step_s=1.0)
+
+
+STATUS = {"timing/make_experience": 1.5, "timing/ppo_train": 2.0, "timing/broadcast": 0.5,
+          "timing/generation": 9.0, "rollout/reward_mean": 0.5}
+
+
+def test_ledger_row_hand_computed_flops():
+    flops = FlopModel(matmul_params=100, n_layer=2, d_attn=8)  # F(L) = 200 L + 32 L (L + 1)
+    row = ledger_row(hand_record(), STATUS, flops, ppo_epochs=1, reference_pass=False)
+    assert row["flops_rollout"] == 5600 + 32 * (56 + 90 + 42 + 42) == 12960
+    assert row["flops_logprob"] == 3200 + 32 * (56 + 90) == 7872
+    assert row["flops_train"] == 3 * 7872
+    assert (row["samples"], row["prompt_tokens"], row["generated_tokens"], row["trained_tokens"]) == (4, 20, 8, 16)
+    assert (row["groups_kept"], row["prompts_considered"], row["prompts_rolled_out"]) == (1, 6, 2)
+    assert row["time_update_s"] == 4.0 and row["time_step_s"] == 5.0 and row["time_grade_s"] == 0.75
+    assert row["reward_mean"] == 0.25 and row["zero_variance_frac"] == 0.5 and row["kept_zero_variance"] == 0
+    with_ref = ledger_row(hand_record(), STATUS, flops, ppo_epochs=2, reference_pass=True)
+    assert with_ref["flops_logprob"] == 2 * 7872 and with_ref["flops_train"] == 2 * 3 * 7872
+
+
+def recipe_cfg(run_dir, steps=3, every=2):
+    spec = yaml.safe_load(RECIPE.read_text())
+    return compose("train", [*spec["overrides"], "selector=lze", "seed=0", f"run_dir={run_dir}",
+                             f"trainer.steps={steps}", f"trainer.checkpoint_every={every}", "trainer.batch_size=4"])
+
+
+def test_run_context_ledger_checkpoint_resume_done(tmp_path):
+    run = tmp_path / "run"
+    cfg = recipe_cfg(run)
+    flops = FlopModel(matmul_params=100, n_layer=2, d_attn=8)
+    ctx = RunContext(cfg, num_prompts=30, flops=flops)
+    rate = lambda i: (i % 5) / 4
+    for global_step in (1, 2):
+        _, record = ctx.driver.run_step(make_rollout(rate))
+        row = ctx.write_step(record, STATUS)
+        assert row["step"] == global_step - 1
+        if ctx.is_checkpoint_step(global_step):
+            ctx.save_selector_state(global_step)
+            position = ctx.client_state()
+            hf = run / "openrlhf" / "ckpt" / f"global_step{global_step}_hf"
+            hf.mkdir(parents=True)
+            (hf / "config.json").write_text("{}")
+            ctx.adopt_checkpoint(global_step, hf)
+    assert [s for s, _ in list_checkpoints(run)] == [2] and not hf.exists()
+    ledger = read_ledger(run)
+    assert list(ledger["step"]) == [0, 1] and set(LEDGER_COLUMNS) <= set(ledger.columns)
+    assert ledger["cum_flops"].iloc[-1] == float(ledger["flops_total"].sum())
+    # a third step that is lost (crash before its checkpoint), then resume from step 2
+    _, record = ctx.driver.run_step(make_rollout(rate))
+    ctx.write_step(record, STATUS)
+    resumed = RunContext(cfg, num_prompts=30, flops=flops)
+    resumed.restore({"global_step": 2, "lze": position})
+    assert resumed.driver.position() == position and list(read_ledger(run)["step"]) == [0, 1]
+    assert resumed.selector.state_dict().keys() == ctx.selector.state_dict().keys()
+    assert ctx.is_checkpoint_step(3)  # the last step always checkpoints
+    with pytest.raises(LzeBenchError, match="stopped after 2 of 3 steps"):
+        finish_run(run, 3)
+    _, record = resumed.driver.run_step(make_rollout(rate))
+    resumed.write_step(record, STATUS)
+    finish_run(run, 3)
+    assert is_done(run) and sorted(read_rollouts(run)["step"].unique()) == [0, 1, 2]
+
+
+def test_resume_without_lze_position_is_refused(tmp_path):
+    ctx = RunContext(recipe_cfg(tmp_path / "run"), num_prompts=30, flops=FlopModel(1, 1, 1))
+    with pytest.raises(LzeBenchError, match="not written by lze-bench"):
+        ctx.restore({"global_step": 4})
+    ctx.restore({"global_step": 0})
+    assert Ledger(tmp_path / "run").last_step == -1
