@@ -1,0 +1,211 @@
+"""Read a sweep's run directories into DataFrames for the report (files only: design.md "Data flows one way").
+
+Sources, per run: `config.yaml` (selector, seed), `ledger.parquet`,
+`rollouts.parquet` (+ part files) and `evals.parquet`, all through
+lze_bench.ledger's readers. Nothing imports torch or a backend.
+
+Choices where the issue is silent:
+* which runs: a sweep directory's manifest names them (job -> run dir); any other
+  folder is searched (two levels deep) for run directories (ledger.parquet).
+  Only finished runs (DONE) are reported; unfinished ones are named in a warning,
+  so a half-done sweep never mixes partial curves into final numbers;
+* a run's *label* (one line, one colour, one table row) is its selector, plus its
+  other grid values when the sweep varied more than selector and seed
+  (`lze-lr0.001`); seeds of one label are averaged;
+* accuracy points: the ledger's `heldout_accuracy` (benchmark `heldout`, the
+  synthetic held-out set, measured every eval_every steps), the initial policy's
+  held-out accuracy from `heldout.jsonl` (its `updates == 0` row; the ledger has
+  no row before the first update), and every
+  evals.parquet row (benchmark name from the row). Ledger steps count from 0 and
+  checkpoint `step_K` is saved after K updates (the local backend), so an eval of
+  checkpoint K sits at ledger step K-1 (its cumulative FLOPs and wall time),
+  and K = 0 (the initial policy) at 0 FLOPs, 0 s. The `step` column of the
+  accuracy points is the ledger step (-1 for the initial policy). evals.parquet's
+  own `cum_flops` column is not used, so every source goes through this one rule.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from lze_bench.errors import LzeBenchError
+from lze_bench.ledger import LEDGER_FILE, read_evals, read_ledger, read_rollouts
+from lze_bench.rundir import CONFIG, is_done
+
+log = logging.getLogger(__name__)
+
+HELDOUT = "heldout"
+HELDOUT_LOG = "heldout.jsonl"  # the local backend's held-out evals, `updates` = 0 for the initial policy
+
+
+@dataclass
+class Run:
+    label: str
+    selector: str
+    seed: int
+    run_dir: Path
+    ledger: pd.DataFrame
+
+
+def _read_config(run_dir: Path) -> dict:
+    import yaml
+
+    path = run_dir / CONFIG
+    if not path.exists():
+        return {}
+    with path.open() as handle:
+        return yaml.safe_load(handle) or {}
+
+
+def _label(axes: dict, selector: str) -> str:
+    from lze_bench.sweep_grid import job_name
+
+    rest = {k: v for k, v in axes.items() if k not in ("seed", "selector")}
+    return job_name({"selector": selector, **rest}) if rest else selector
+
+
+def discover(root: Path) -> list[tuple[Path, dict]]:
+    """(run dir, grid values) of every run under a sweep dir (manifest) or a plain folder."""
+    from lze_bench.sweep_manifest import load_manifest, run_dir_of
+
+    manifest = load_manifest(root)
+    if manifest is not None:
+        return [(run_dir_of(root, e), dict(e.get("axes", {}))) for _, e in sorted(manifest["jobs"].items())]
+    found = sorted({p.parent for pattern in ("*/" + LEDGER_FILE, "*/*/" + LEDGER_FILE) for p in root.glob(pattern)})
+    return [(path, {}) for path in found]
+
+
+def load_runs(root: str | Path) -> list[Run]:
+    root = Path(root)
+    if not root.is_dir():
+        raise LzeBenchError(f"{str(root)!r} is not a directory; pass a sweep directory or a folder of run directories")
+    runs, unfinished = [], []
+    for run_dir, axes in discover(root):
+        if not is_done(run_dir) or not (run_dir / LEDGER_FILE).exists():
+            unfinished.append(run_dir.name)
+            continue
+        cfg = _read_config(run_dir)
+        selector = str((cfg.get("selector") or {}).get("name") or axes.get("selector") or "unknown")
+        seed = int(cfg.get("seed", axes.get("seed", 0)))
+        runs.append(Run(_label(axes, selector), selector, seed, run_dir, read_ledger(run_dir)))
+    if unfinished:
+        log.warning("left out %d unfinished run(s) (no DONE): %s", len(unfinished), ", ".join(unfinished))
+    if not runs:
+        raise LzeBenchError(f"no finished run (ledger.parquet + DONE) under {str(root)!r}")
+    seen = {}
+    for run in runs:
+        key = (run.label, run.seed)
+        if key in seen:
+            raise LzeBenchError(f"runs {seen[key]} and {run.run_dir} are both {run.label} seed {run.seed}; "
+                                "report one of them (move the other out of the folder)")
+        seen[key] = run.run_dir
+    return runs
+
+
+def after_updates(ledger: pd.DataFrame, updates: int, column: str) -> float:
+    """`cum_flops`/`cum_time_s` after `updates` actor updates: the ledger row of step updates-1
+    (ledger steps count from 0; checkpoint step_K is saved after K updates); 0 for the initial policy."""
+    if updates <= 0:
+        return 0.0
+    rows = ledger.loc[ledger["step"] == updates - 1, column]
+    return float(rows.iloc[0]) if len(rows) else float("nan")
+
+
+def initial_heldout(run_dir: Path) -> float | None:
+    """The initial policy's held-out accuracy (`updates == 0`) from the local backend's heldout.jsonl, if any."""
+    import json
+
+    path = run_dir / HELDOUT_LOG
+    if not path.exists():
+        return None
+    for line in path.read_text().splitlines():
+        row = json.loads(line) if line.strip() else {}
+        if row.get("updates") == 0 and row.get("accuracy") is not None:
+            return float(row["accuracy"])
+    return None
+
+
+def accuracy_points(runs: list[Run]) -> pd.DataFrame:
+    """One row per (run, benchmark, eval point): label, selector, seed, benchmark, step, cum_flops, cum_time_s, accuracy."""
+    rows = []
+    for run in runs:
+        led = run.ledger
+        initial = initial_heldout(run.run_dir)
+        if initial is not None:
+            rows.append((run.label, run.selector, run.seed, HELDOUT, -1, 0.0, 0.0, initial))
+        held = led[led["heldout_accuracy"].notna()]
+        for _, r in held.iterrows():
+            rows.append((run.label, run.selector, run.seed, HELDOUT, int(r["step"]), float(r["cum_flops"]),
+                         float(r["cum_time_s"]), float(r["heldout_accuracy"])))
+        for _, r in read_evals(run.run_dir).iterrows():
+            step = int(r["step"])
+            rows.append((run.label, run.selector, run.seed, str(r["benchmark"]), step - 1,
+                         after_updates(led, step, "cum_flops"), after_updates(led, step, "cum_time_s"),
+                         float(r["accuracy"])))
+    columns = ["label", "selector", "seed", "benchmark", "step", "cum_flops", "cum_time_s", "accuracy"]
+    frame = pd.DataFrame(rows, columns=columns)
+    return frame.sort_values(["label", "seed", "benchmark", "step"], kind="stable").reset_index(drop=True)
+
+
+def run_summary(runs: list[Run], points: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: final accuracy per benchmark and the ledger's totals (the CSV of all per-seed numbers)."""
+    rows = []
+    for run in runs:
+        led = run.ledger
+        row = {
+            "label": run.label, "selector": run.selector, "seed": run.seed, "run": run.run_dir.name,
+            "steps": int(led["step"].max()) + 1 if len(led) else 0,
+            "flops_rollout": float(led["flops_rollout"].sum()),
+            "flops_train": float(led["flops_train"].sum() + led["flops_logprob"].sum()),
+            "flops_select": float(led["flops_select"].sum()),
+            "flops_total": float(led["flops_total"].sum()),
+            "prompts_considered": int(led["prompts_considered"].sum()),
+            "prompts_rolled_out": int(led["prompts_rolled_out"].sum()),
+            "groups_kept": int(led["groups_kept"].sum()),
+            "kept_fraction": _ratio(led["groups_kept"].sum(), led["prompts_rolled_out"].sum()),
+            "rolled_out_fraction": _ratio(led["prompts_rolled_out"].sum(), led["prompts_considered"].sum()),
+            "wall_time_s": float(led["time_step_s"].sum()),
+        }
+        mine = points[(points["label"] == run.label) & (points["seed"] == run.seed)]
+        for bench, group in mine.groupby("benchmark"):
+            row[f"final_accuracy_{bench}"] = float(group.sort_values("step")["accuracy"].iloc[-1])
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values(["label", "seed"], kind="stable").reset_index(drop=True)
+
+
+def _ratio(num, den) -> float:
+    return float(num) / float(den) if float(den) > 0 else float("nan")
+
+
+def per_step(runs: list[Run]) -> pd.DataFrame:
+    """Per run and step: kept fraction (groups kept / prompts rolled out) and zero-variance fraction."""
+    frames = []
+    for run in runs:
+        led = run.ledger
+        frames.append(pd.DataFrame({
+            "label": run.label, "seed": run.seed, "step": led["step"].to_numpy(),
+            "kept_fraction": np.where(led["prompts_rolled_out"] > 0,
+                                      led["groups_kept"] / led["prompts_rolled_out"].clip(lower=1), np.nan),
+            "zero_variance_frac": led["zero_variance_frac"].to_numpy(),
+        }))
+    return pd.concat(frames, ignore_index=True)
+
+
+def pass_rates(runs: list[Run]) -> pd.DataFrame:
+    """Per rolled-out prompt and step: its pass rate = mean reward of its n responses (rewards in [0, 1])."""
+    frames = []
+    for run in runs:
+        rolls = read_rollouts(run.run_dir)
+        if rolls.empty:
+            continue
+        rates = [float(np.mean(r)) if len(r) else np.nan for r in rolls["rewards"]]
+        frames.append(pd.DataFrame({"label": run.label, "seed": run.seed, "step": rolls["step"].astype(int),
+                                    "pass_rate": rates}))
+    if not frames:
+        return pd.DataFrame(columns=["label", "seed", "step", "pass_rate"])
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,95 @@
+"""Render Tables 1 and 2 as Markdown and LaTeX (booktabs) from their numeric DataFrames.
+
+Display choices: accuracy in percent with one decimal; FLOPs in 3 significant
+digits (`1.23e15`, in LaTeX `1.23\\times10^{15}`); ratios with two decimals;
+"± x" is the 95% CI half-width over seeds (report_tables.mean_ci), left out
+for a single seed; wall time in seconds below 2 minutes, else minutes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pandas as pd
+
+BENCH_TITLES = {"heldout": "held-out"}
+
+
+def _num(value: float, fmt: str) -> str:
+    return "–" if value is None or not math.isfinite(value) else format(value, fmt)
+
+
+def pm(mean: float, half: float, fmt: str, scale: float = 1.0) -> str:
+    if mean is None or not math.isfinite(mean):
+        return "–"
+    text = format(mean * scale, fmt)
+    return text if half is None or not math.isfinite(half) else f"{text} ± {format(half * scale, fmt)}"
+
+
+def sci(value: float) -> str:
+    """`1.23e15`, `4.00e2`, `1.50e-3` (no '+', no leading zeros in the exponent)."""
+    return re.sub(r"e\+?(-?)0*(\d)", r"e\1\2", _num(value, ".2e"))
+
+
+def table1_cells(t1: pd.DataFrame, benchmarks: list[str]) -> tuple[list[str], list[list[str]]]:
+    minutes = bool(t1["wall_time_s"].max() >= 120) if len(t1) else False
+    unit, scale = ("min", 1 / 60) if minutes else ("s", 1.0)
+    header = ["selector", *(f"{BENCH_TITLES.get(b, b)} acc. (%)" for b in benchmarks),
+              "rollout FLOPs", "train FLOPs", "total FLOPs", "kept frac.", f"wall time ({unit})", "seeds"]
+    rows = []
+    for _, r in t1.iterrows():
+        rows.append([
+            str(r["label"]),
+            *(pm(r[f"acc_{b}"], r[f"acc_{b}_ci"], ".1f", 100.0) for b in benchmarks),
+            sci(r["flops_rollout"]), sci(r["flops_train"]), sci(r["flops_total"]),
+            _num(r["kept_fraction"], ".2f"), pm(r["wall_time_s"], r["wall_time_s_ci"], ".1f", scale),
+            str(int(r["seeds"])),
+        ])
+    return header, rows
+
+
+def table2_cells(t2: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    header = ["benchmark", "selector", "target acc. (%)", "FLOPs to target", "FLOPs (× uniform)",
+              "wall time (× uniform)", "seeds reached"]
+    rows = []
+    for _, r in t2.iterrows():
+        reached = int(r["reached"])
+        ratio = pm(r["flops_ratio"], r["flops_ratio_ci"], ".2f") if reached else "not reached"
+        time_ratio = pm(r["time_ratio"], r["time_ratio_ci"], ".2f") if reached else "not reached"
+        rows.append([
+            BENCH_TITLES.get(r["benchmark"], str(r["benchmark"])), str(r["label"]), _num(100 * r["target"], ".1f"),
+            sci(r["flops_to_target"]) if reached else "not reached", ratio, time_ratio,
+            f"{reached}/{int(r['seeds'])}",
+        ])
+    return header, rows
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    align = ["---"] + ["--:"] * (len(header) - 1)
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+_SCI = re.compile(r"(-?\d+(?:\.\d+)?)e(-?)0*(\d+)")
+
+
+_TEX = {"\\": r"\textbackslash{}", **{c: "\\" + c for c in "&%$#_{}"}}
+
+
+def tex_cell(text: str) -> str:
+    text = "".join(_TEX.get(char, char) for char in text)
+    text = _SCI.sub(lambda m: f"${m.group(1)}{{\\times}}10^{{{m.group(2)}{m.group(3)}}}$", text)
+    return text.replace("±", r"$\pm$").replace("×", r"$\times$").replace("–", "--")
+
+
+def latex(header: list[str], rows: list[list[str]], caption: str, label: str) -> str:
+    """A booktabs table (needs \\usepackage{booktabs})."""
+    spec = "l" + "r" * (len(header) - 1)
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", f"\\caption{{{tex_cell(caption)}}}", f"\\label{{{label}}}",
+             f"\\begin{{tabular}}{{{spec}}}", r"\toprule", " & ".join(tex_cell(h) for h in header) + r" \\",
+             r"\midrule"]
+    lines += [" & ".join(tex_cell(c) for c in row) + r" \\" for row in rows]
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,141 @@
+"""`lze-bench sweep`: many `train` runs, submitted with submitit (issue 6, design.md "Data flows one way").
+
+    lze-bench sweep sweep=quickstart                        # a recipe from sweeps/quickstart.yaml
+    lze-bench sweep selector=uniform,lze seed=0,1 trainer.steps=20   # inline multirun
+    lze-bench sweep sweep=quickstart launcher=slurm launcher.partition=gpu wait=false
+    lze-bench sweep status runs/sweeps/quickstart [--watch]
+
+Arguments are split in two: the sweep's own keys (`sweep=NAME`, `sweep.*`,
+`sweep_dir=`, `wait=`, `poll_s=`), composed as the primary config `sweep`; and
+everything else, which are `train` overrides, where `key=a,b` (Hydra's
+multirun syntax, also `range(0,3)`) adds a grid axis. One job per grid point
+(sweep_grid.py); jobs, run dirs and statuses are kept in `<sweep_dir>/manifest.json`
+(sweep_manifest.py); submission and waiting are in sweep_submit.py.
+
+Choices where the issue is silent:
+* default sweep_dir: `runs/sweeps/<name>`, where name is the spec's `name`, else
+  the recipe file's name, else `multirun-<hash of the overrides>`, so running the
+  same command again finds the same directory (and skips finished jobs);
+* `wait=true` by default (the command returns when every job has ended, with a
+  live table), so `launcher=local` jobs are not orphaned; `wait=false` submits
+  and returns (check later with `sweep status`);
+* the launcher is a `train` key (`launcher=slurm launcher.partition=gpu`), so each
+  run's config.yaml records where it ran; it cannot be a grid axis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from lze_bench.config.schema import require
+from lze_bench.errors import LzeBenchError
+
+log = logging.getLogger(__name__)
+
+SWEEP_KEYS = ("sweep", "sweep_dir", "wait", "poll_s")  # everything else is a train override
+DEFAULT_ROOT = Path("runs") / "sweeps"
+
+
+@dataclass
+class SweepSpec:
+    """A sweep recipe (`sweeps/NAME.yaml`, option `sweep=NAME`).
+
+    grid: key -> list of values; the jobs are the cartesian product, in key order.
+    overrides: `train` overrides every job gets (e.g. `trainer.steps=40`,
+    `launcher=slurm`); command-line overrides come after them and win, and a
+    command-line `key=v` (or `key=a,b`) replaces the grid axis of that key.
+    """
+
+    name: Optional[str] = None  # default: the file name
+    description: str = ""
+    grid: Dict[str, Any] = field(default_factory=dict)
+    overrides: List[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        for key, values in self.grid.items():
+            require(isinstance(values, (list, tuple)) and len(values) > 0 or isinstance(values, (str, int, float)),
+                    f"sweep.grid.{key}", "must be a non-empty list of values")
+        for item in self.overrides:
+            require("=" in str(item), "sweep.overrides", f"{item!r} is not a key=value override")
+
+
+@dataclass
+class SweepCommandConfig:
+    """The primary config `sweep`: which recipe, where its directory is, whether to wait."""
+
+    defaults: List[Any] = field(default_factory=lambda: ["_self_", {"sweep": None}])
+    sweep: SweepSpec = field(default_factory=SweepSpec)
+    sweep_dir: Optional[str] = None  # default runs/sweeps/<name>
+    wait: bool = True  # block until every job has ended (live table); false: submit and return
+    poll_s: float = 5.0  # seconds between status checks while waiting
+
+    def __post_init__(self):
+        require(self.poll_s > 0, "poll_s", f"must be > 0, got {self.poll_s}")
+
+
+def _register() -> None:
+    from lze_bench.config import CONFIGS
+
+    if "sweep" not in CONFIGS:
+        CONFIGS.add("sweep")(SweepCommandConfig)
+
+
+_register()
+
+
+def split_args(args: list[str]) -> tuple[list[str], list[str]]:
+    """(sweep-level overrides, train overrides)."""
+    sweep_args, train_args = [], []
+    for item in args:
+        key = item.partition("=")[0].lstrip("+~")
+        is_sweep = key in SWEEP_KEYS or key.startswith("sweep.")
+        (sweep_args if is_sweep else train_args).append(item)
+    return sweep_args, train_args
+
+
+def sweep_name(spec_name: str | None, sweep_args: list[str], train_args: list[str]) -> str:
+    """The spec's name, else the recipe's file name, else `multirun-<hash>` of the train overrides."""
+    if spec_name:
+        return spec_name
+    for item in sweep_args:
+        key, _, value = item.partition("=")
+        if key.lstrip("+") == "sweep" and value:
+            return value
+    digest = hashlib.sha256("\n".join(train_args).encode()).hexdigest()[:8]
+    return f"multirun-{digest}"
+
+
+def main(args: list[str], dry_run: bool = False) -> None:
+    """CLI entry: `status DIR [--watch]`, or plan (and unless dry_run, submit) a sweep."""
+    if args and args[0] == "status":
+        from lze_bench.sweep_status import status_command
+
+        status_command(args[1:])
+        return
+    from lze_bench.config import compose, to_objects
+
+    sweep_args, train_args = split_args(args)
+    command = to_objects(compose("sweep", sweep_args))
+    spec: SweepSpec = command.sweep
+    name = sweep_name(spec.name, sweep_args, train_args)
+    sweep_dir = Path(command.sweep_dir) if command.sweep_dir else DEFAULT_ROOT / name
+    if not spec.grid and not spec.overrides and not train_args:
+        raise LzeBenchError(
+            "nothing to sweep: pass sweep=NAME (a YAML in sweeps/) or train overrides with "
+            "comma lists, e.g. selector=uniform,lze seed=0,1"
+        )
+    from lze_bench.sweep_grid import plan_jobs
+
+    plan = plan_jobs(spec, train_args, sweep_dir.resolve(), name=name)
+    if dry_run:
+        from lze_bench.sweep_status import print_plan
+
+        print_plan(plan, sweep_dir)
+        return
+    from lze_bench.sweep_submit import run_sweep
+
+    run_sweep(plan, wait=command.wait, poll_s=command.poll_s, command_line=args)

@@ -1,0 +1,175 @@
+"""Grid expansion: a sweep recipe plus command-line overrides -> one planned job per grid point.
+
+Every job is composed here, in the submitting process, as the `train` config
+it will run (so a bad key fails before anything is submitted) and gets:
+
+* a name from its grid values (`lze-s1`, `uniform-s0-lr0.001`): selector first,
+  `s<seed>`, then `<leaf><value>` for other axes;
+* `run_dir = <sweep_dir>/runs/<name>`;
+* `config_hash`: rundir.config_hash of the resolved config (without run_dir and
+  launcher), which detects a re-run whose config changed under the same name;
+* `pair_key`: the same hash with the selector removed. Jobs with equal pair keys
+  differ only in the selector, so they share the data order (seeded by `seed`)
+  and the warm start (cached by its config hash): they are *paired* (issue 6).
+  The manifest lists each pair group.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lze_bench.errors import LzeBenchError
+from lze_bench.rundir import config_hash
+
+log = logging.getLogger(__name__)
+
+RUNS = "runs"  # run dirs live in <sweep_dir>/runs/<job name>
+NOT_SWEEPABLE = ("launcher", "run_dir")
+
+
+@dataclass
+class PlannedJob:
+    name: str
+    overrides: list[str]  # train overrides, run_dir excluded
+    axes: dict[str, str]  # grid key -> value of this job
+    run_dir: Path
+    config_hash: str
+    pair_key: str
+    selector: str
+    seed: int
+    steps: int
+
+    @property
+    def train_overrides(self) -> list[str]:
+        return [*self.overrides, f"run_dir={self.run_dir}"]
+
+
+@dataclass
+class SweepPlan:
+    name: str
+    sweep_dir: Path
+    jobs: list[PlannedJob]
+    launcher: dict  # the resolved launcher node shared by every job
+    pairs: dict[str, list[str]] = field(default_factory=dict)  # pair_key -> job names
+
+
+def _value_str(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return str(value)
+
+
+def grid_axes(spec_grid: dict, spec_overrides: list[str], train_args: list[str]):
+    """(fixed overrides, ordered axes {key: [values]}) from a recipe and the command line.
+
+    Hydra's override parser reads the command line, so `key=a,b`,
+    `key=range(0,3)` and quoting behave as in Hydra's own multirun.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    axes: dict[str, list[str]] = {}
+    for key, values in spec_grid.items():
+        # a YAML list (list or ListConfig), or one scalar / "a,b" string
+        values = str(values).split(",") if isinstance(values, (str, int, float, bool)) else list(values)
+        axes[str(key)] = [_value_str(v) for v in values]
+    fixed = [str(o) for o in spec_overrides]
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(train_args))
+    except Exception as exc:  # hydra's parse errors are multi-line
+        raise LzeBenchError(f"cannot parse overrides: {str(exc).splitlines()[0]}") from exc
+    for override in parsed:
+        key = override.get_key_element()
+        axes.pop(key, None)  # the command line replaces a recipe axis of the same key
+        if override.is_sweep_override():
+            axes[key] = list(override.sweep_string_iterator())
+        else:
+            fixed.append(override.input_line)
+    for key in axes:
+        if key.lstrip("+~") in NOT_SWEEPABLE:
+            raise LzeBenchError(f"{key} cannot be swept (one {key} per sweep); pass a single value")
+    return fixed, axes
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.=-]+")
+
+
+def job_name(axes: dict[str, str]) -> str:
+    """`selector` value, then `s<seed>`, then `<leaf key><value>` of the other axes."""
+    parts = []
+    if "selector" in axes:
+        parts.append(axes["selector"])
+    if "seed" in axes:
+        parts.append(f"s{axes['seed']}")
+    for key, value in axes.items():
+        if key not in ("selector", "seed"):
+            parts.append(f"{key.lstrip('+~').rsplit('.', 1)[-1]}{value}")
+    return _SAFE.sub("_", "-".join(parts)) or "job"
+
+
+def plan_jobs(spec, train_args: list[str], sweep_dir: Path, name: str) -> SweepPlan:
+    """Compose every grid point's train config; fail on the first bad one (nothing submitted)."""
+    from lze_bench.config import compose, config_dict
+
+    fixed, axes = grid_axes(dict(spec.grid), list(spec.overrides), train_args)
+    keys = list(axes)
+    jobs: list[PlannedJob] = []
+    launcher = None
+    for values in itertools.product(*(axes[k] for k in keys)):
+        point = dict(zip(keys, values))
+        overrides = [*fixed, *(f"{k}={v}" for k, v in point.items())]
+        jname = job_name(point)
+        cfg = config_dict(compose("train", overrides))
+        if launcher is None:
+            launcher = cfg["launcher"]
+        without_selector = {k: v for k, v in cfg.items() if k != "selector"}
+        jobs.append(
+            PlannedJob(
+                name=jname,
+                overrides=overrides,
+                axes=point,
+                run_dir=sweep_dir / RUNS / jname,
+                config_hash=config_hash(cfg),
+                pair_key=config_hash(without_selector),
+                selector=str(cfg["selector"]["name"]),
+                seed=int(cfg["seed"]),
+                steps=int(cfg["trainer"]["steps"]),
+            )
+        )
+    _check_unique(jobs)
+    plan = SweepPlan(name=name, sweep_dir=sweep_dir, jobs=jobs, launcher=launcher or {})
+    for job in jobs:
+        plan.pairs.setdefault(job.pair_key, []).append(job.name)
+    _warn_unpaired(plan)
+    return plan
+
+
+def _check_unique(jobs: list[PlannedJob]) -> None:
+    seen: dict[str, PlannedJob] = {}
+    for job in jobs:
+        if job.name in seen:
+            raise LzeBenchError(
+                f"two grid points give the job name {job.name!r} ({seen[job.name].axes} and {job.axes}); "
+                "use distinct values"
+            )
+        seen[job.name] = job
+
+
+def _warn_unpaired(plan: SweepPlan) -> None:
+    """A selector comparison is only paired when each group holds every selector of the sweep."""
+    selectors = {job.selector for job in plan.jobs}
+    if len(selectors) < 2:
+        return
+    by_name = {job.name: job for job in plan.jobs}
+    for key, names in plan.pairs.items():
+        present = {by_name[n].selector for n in names}
+        if present != selectors:
+            log.warning(
+                "jobs %s are not paired with every selector (missing %s): a setting other than the "
+                "selector differs between them", ", ".join(names), ", ".join(sorted(selectors - present))
+            )

@@ -1,0 +1,80 @@
+"""The function a sweep submits: one `train` run, requeued on preemption or timeout.
+
+submitit pickles a `TrainJob`, runs it on the node (or as a local process) and,
+on preemption or time-out, calls `checkpoint()`; the DelayedSubmission it
+returns is requeued (at most launcher.max_requeue times on time-out; Slurm
+preemptions are not counted by submitit). Nothing needs saving at that moment:
+the backend checkpoints every `trainer.checkpoint_every` steps and resumes from
+the last complete checkpoint when started again on the same run_dir, so the
+requeued job is the very same call. A job checks that the config it composes
+when it starts has the hash the sweep planned (see `_check_config`).
+
+Multi-node jobs (launcher.nodes > 1) run one task per node; each task calls the
+backend, which starts its own Ray cluster when it sees a Slurm job (OpenRLHF).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from submitit.helpers import Checkpointable, DelayedSubmission
+
+log = logging.getLogger(__name__)
+
+
+def _job_id() -> str:
+    """submitit's id of this job (Slurm job id, or the local controller's pid)."""
+    try:
+        from submitit import JobEnvironment
+
+        return str(JobEnvironment().job_id)
+    except RuntimeError:  # not inside a submitit job (a direct call)
+        return f"pid {os.getpid()}"
+
+
+class TrainJob(Checkpointable):
+    """`lze-bench train <overrides> run_dir=<run_dir>`, as a picklable callable."""
+
+    def __init__(self, overrides: list[str], run_dir: str, config_hash: str | None = None):
+        self.overrides = list(overrides)
+        self.run_dir = str(run_dir)
+        self.config_hash = config_hash  # as planned by the sweep; None: not checked
+
+    def __call__(self) -> dict:
+        from lze_bench.rundir import is_done
+
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        if is_done(self.run_dir):  # finished by an earlier attempt: a requeue must not redo it
+            return {"run_dir": self.run_dir, "resumed": False, "already_done": True}
+        from lze_bench.backends import run_training
+        from lze_bench.config import compose
+
+        cfg = compose("train", [*self.overrides, f"run_dir={self.run_dir}"])
+        self._check_config(cfg)
+        resumed = (Path(self.run_dir) / "ledger.parquet").exists()
+        log.info("job %s: train %s (resume=%s)", _job_id(), self.run_dir, resumed)
+        run_training(cfg)
+        return {"run_dir": self.run_dir, "resumed": resumed, "already_done": False}
+
+    def _check_config(self, cfg) -> None:
+        """The job composes its config when it starts, maybe hours after planning: if the code or the
+        config files changed in between, its config (and its pairing with the other jobs) is not the
+        one planned, so it refuses to run rather than mix two versions in one comparison."""
+        from lze_bench.config import config_dict
+        from lze_bench.errors import LzeBenchError
+        from lze_bench.rundir import config_hash
+
+        now = config_hash(config_dict(cfg))
+        if self.config_hash is not None and now != self.config_hash:
+            raise LzeBenchError(
+                f"{self.run_dir}: the config composed now (hash {now}) differs from the one planned "
+                f"({self.config_hash}); lze-bench or its config files changed since the sweep was submitted. "
+                "Use a new sweep_dir=PATH to run the new version"
+            )
+
+    def checkpoint(self, *args, **kwargs) -> DelayedSubmission:
+        """Requeue the same call; the backend resumes from its last complete checkpoint."""
+        log.info("requeueing %s (it resumes from its last checkpoint)", self.run_dir)
+        return DelayedSubmission(TrainJob(self.overrides, self.run_dir, self.config_hash))

@@ -1,0 +1,166 @@
+"""The sweep manifest (`<sweep_dir>/manifest.json`) and each job's status (issue 6).
+
+The manifest maps job name -> overrides, run dir (relative to the sweep dir, so a
+sweep directory can be moved or copied), config hash, pair key, submitit job id,
+attempts and the last known status. It is written atomically by the one process
+that submits; `sweep status` only reads it.
+
+A job's status is *derived from files and the scheduler*, never trusted from
+the manifest alone, so a crashed submitter or a job killed by the cluster is
+seen as it is:
+
+1. `done`       the run dir has DONE (the backend writes it last);
+2. `failed`     submitit's result pickle holds an error (the traceback's last line is
+                kept), or the job left the scheduler without a result (killed,
+                cancelled, out of memory, node failure), or it returned without DONE;
+3. `queued` / `running`   the scheduler still has it (squeue for Slurm; the
+                controller process for the local executor);
+4. `unknown`    the scheduler could not be asked (squeue failed);
+5. `new`        never submitted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import time
+from pathlib import Path
+
+from lze_bench.errors import LzeBenchError
+from lze_bench.rundir import atomic_write_json, is_done
+
+MANIFEST = "manifest.json"
+SUBMITIT = "submitit"  # submitit's folder (pickles, logs) inside the sweep dir
+VERSION = 1
+FINAL = ("done", "failed")
+
+
+def manifest_path(sweep_dir: str | os.PathLike) -> Path:
+    return Path(sweep_dir) / MANIFEST
+
+
+def load_manifest(sweep_dir: str | os.PathLike) -> dict | None:
+    path = manifest_path(sweep_dir)
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise LzeBenchError(f"{path} is not valid JSON ({exc}); it was not written by lze-bench sweep") from exc
+    if data.get("version") != VERSION or "jobs" not in data:
+        raise LzeBenchError(f"{path} is not a lze-bench sweep manifest (version {VERSION})")
+    return data
+
+
+def require_manifest(sweep_dir: str | os.PathLike) -> dict:
+    data = load_manifest(sweep_dir)
+    if data is None:
+        raise LzeBenchError(f"no {MANIFEST} in {str(sweep_dir)!r}; is it a sweep directory (see `lze-bench sweep`)?")
+    return data
+
+
+def save_manifest(sweep_dir: str | os.PathLike, data: dict) -> None:
+    data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    atomic_write_json(manifest_path(sweep_dir), data)
+
+
+def new_manifest(plan, command_line: list[str]) -> dict:
+    return {
+        "version": VERSION,
+        "name": plan.name,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "command": ["lze-bench", "sweep", *command_line],
+        "launcher": plan.launcher,
+        "pairs": {},
+        "jobs": {},
+    }
+
+
+def merge_plan(data: dict, plan) -> dict:
+    """Add the plan's jobs to a manifest; a job whose config changed under the same name is an error."""
+    for job in plan.jobs:
+        old = data["jobs"].get(job.name)
+        if old is not None and old["config_hash"] != job.config_hash:
+            raise LzeBenchError(
+                f"job {job.name!r} in {plan.sweep_dir} was run with another config (hash {old['config_hash']}, "
+                f"now {job.config_hash}); pass a new sweep_dir=PATH, or delete {old['run_dir']} and its manifest entry"
+            )
+        entry = old or {"status": "new", "job_id": None, "attempts": 0, "error": None}
+        entry.update(
+            overrides=job.overrides,
+            axes=job.axes,
+            run_dir=str(Path(job.run_dir).relative_to(plan.sweep_dir)),
+            config_hash=job.config_hash,
+            pair_key=job.pair_key,
+            selector=job.selector,
+            seed=job.seed,
+            steps=job.steps,
+        )
+        data["jobs"][job.name] = entry
+    data["launcher"] = plan.launcher
+    data["pairs"] = {}
+    for name, entry in data["jobs"].items():
+        data["pairs"].setdefault(entry["pair_key"], []).append(name)
+    return data
+
+
+def run_dir_of(sweep_dir: str | os.PathLike, entry: dict) -> Path:
+    return Path(sweep_dir) / entry["run_dir"]
+
+
+def result_pickle(sweep_dir: str | os.PathLike, job_id: str) -> Path:
+    """submitit's result file of task 0 (JobPaths naming: <job_id>_0_result.pkl)."""
+    return Path(sweep_dir) / SUBMITIT / f"{job_id}_0_result.pkl"
+
+
+def read_result(sweep_dir: str | os.PathLike, job_id: str) -> tuple[str, object] | None:
+    """("success", value) or ("error", traceback text) from submitit's pickle; None if absent."""
+    path = result_pickle(sweep_dir, job_id)
+    if not path.exists():
+        return None
+    try:
+        with path.open("rb") as handle:
+            outcome, value = pickle.load(handle)
+    except Exception as exc:  # a half-written or foreign pickle
+        return "error", f"unreadable result {path.name}: {exc}"
+    return str(outcome), value
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def derive_status(sweep_dir: str | os.PathLike, entry: dict, live: dict[str, str] | None) -> tuple[str, str | None]:
+    """(status, error line) of one job; `live` maps job id -> scheduler state (queued/running),
+    None when the scheduler could not be asked (status `unknown` until it answers)."""
+    if is_done(run_dir_of(sweep_dir, entry)):
+        return "done", None
+    job_id = entry.get("job_id")
+    if not job_id:
+        return "new", None
+    result = read_result(sweep_dir, job_id)
+    if result is not None:
+        outcome, value = result
+        if outcome == "error":
+            return "failed", last_line(value)
+        return "failed", "the job returned but its run dir has no DONE marker"
+    if live is None:
+        return "unknown", "the scheduler did not answer (squeue)"
+    if job_id in live:
+        return live[job_id], None
+    return "failed", "the job left the scheduler without a result (killed, cancelled, timed out or lost)"
+
+
+def progress(sweep_dir: str | os.PathLike, entry: dict) -> int:
+    """Steps in the run's ledger so far (0 when it has none yet)."""
+    path = run_dir_of(sweep_dir, entry) / "ledger.parquet"
+    if not path.exists():
+        return 0
+    try:
+        import pyarrow.parquet as pq
+
+        return int(pq.read_metadata(path).num_rows)
+    except Exception:  # being replaced right now: show nothing rather than fail a status table
+        return 0

@@ -1,0 +1,168 @@
+"""Tables of a sweep's jobs: `sweep status DIR [--watch]`, the live view while waiting, `--dry-run`.
+
+CLI-facing output (rich). On a terminal the table refreshes in place; when
+stdout is not a terminal (CI, logs) each status change is one printed line,
+so logs stay readable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from lze_bench.errors import LzeBenchError
+from lze_bench.sweep_manifest import FINAL, derive_status, progress, require_manifest
+
+STYLE = {"done": "green", "failed": "red", "running": "cyan", "queued": "yellow", "new": "dim", "unknown": "magenta"}
+
+
+def jobs_table(sweep_dir: Path, data: dict, title: str | None = None) -> Group:
+    """The jobs table, then one line per failed job with its error (errors are too long for a column)."""
+    table = Table(title=title or f"sweep {data.get('name', '')}: {sweep_dir}")
+    for column in ("job", "selector", "seed", "status", "steps", "job id", "tries", "pair"):
+        table.add_column(column, overflow="fold")
+    pair_index = pair_labels(e.get("pair_key") for _, e in sorted_jobs(data))
+    done_steps = total_steps = 0
+    for name, entry in sorted_jobs(data):
+        status = entry.get("status", "new")
+        made = progress(sweep_dir, entry)
+        done_steps, total_steps = done_steps + made, total_steps + int(entry.get("steps", 0))
+        steps = f"{made}/{entry.get('steps', '?')}"
+        table.add_row(
+            name, entry.get("selector", ""), str(entry.get("seed", "")), f"[{STYLE.get(status, '')}]{status}[/]",
+            steps, str(entry.get("job_id") or "-"), str(entry.get("attempts", 0)),
+            f"P{pair_index.get(entry.get('pair_key'), '?')}",
+        )
+    counts = Counter(e.get("status", "new") for e in data["jobs"].values())
+    share = f"{100 * done_steps / total_steps:.0f}%" if total_steps else "-"
+    table.caption = (", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+                     + f"; steps {done_steps}/{total_steps} ({share}); same Pk = paired")
+    errors = [
+        Text(f"{name}: {entry['error']}", style="red")
+        for name, entry in data["jobs"].items()
+        if entry.get("status") in ("failed", "unknown") and entry.get("error")
+    ]
+    return Group(table, *errors)
+
+
+def sorted_jobs(data: dict) -> list[tuple[str, dict]]:
+    """Jobs in the reports' selector order (uniform, dapo, astral, hive, lze, others), then seed, then name
+    (the manifest itself is written with sorted keys)."""
+    from lze_bench.plots import order
+
+    rank = {name: i for i, name in enumerate(order({e.get("selector", "") for e in data["jobs"].values()}))}
+    return sorted(data["jobs"].items(), key=lambda kv: (rank.get(kv[1].get("selector", ""), 99),
+                                                        int(kv[1].get("seed", 0)), kv[0]))
+
+
+def pair_labels(keys) -> dict[str, int]:
+    """Pair key -> k of its label `Pk`, numbered in order of first appearance."""
+    labels: dict[str, int] = {}
+    for key in keys:
+        labels.setdefault(key, len(labels))
+    return labels
+
+
+class SweepDisplay:
+    """Live table on a terminal; one line per status change otherwise."""
+
+    def __init__(self, sweep_dir: Path, data: dict, console: Console | None = None):
+        self.sweep_dir, self.data = Path(sweep_dir), data
+        self.console = console or Console()
+        self.live = Live(console=self.console, refresh_per_second=1) if self.console.is_terminal else None
+        self.seen: dict[str, str] = {}
+
+    def __enter__(self):
+        if self.live:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live:  # the live view's last frame stays on screen
+            self.live.update(jobs_table(self.sweep_dir, self.data))
+            self.live.__exit__(*exc)
+        else:
+            self.console.print(jobs_table(self.sweep_dir, self.data))
+        return False
+
+    def update(self, data: dict) -> None:
+        self.data = data
+        if self.live:
+            self.live.update(jobs_table(self.sweep_dir, data))
+            return
+        for name, entry in data["jobs"].items():
+            status = entry.get("status", "new")
+            if self.seen.get(name) != status:
+                self.seen[name] = status
+                error = f" ({entry['error']})" if status == "failed" and entry.get("error") else ""
+                self.console.print(f"[sweep] {name}: {status} (job {entry.get('job_id') or '-'}){error}", markup=False, highlight=False)
+
+
+def current(sweep_dir: Path) -> dict:
+    """The manifest with every status derived now (read-only: the submitter owns the file)."""
+    from lze_bench.sweep_scheduler import scheduler_states
+
+    data = require_manifest(sweep_dir)
+    kind = data.get("launcher", {}).get("name", "local")
+    live = scheduler_states(kind, [e["job_id"] for e in data["jobs"].values() if e.get("job_id")])
+    for entry in data["jobs"].values():
+        entry["status"], entry["error"] = derive_status(sweep_dir, entry, live)
+    return data
+
+
+def status_command(args: list[str]) -> None:
+    """`sweep status DIR [--watch] [--every SECONDS]`."""
+    paths = [a for a in args if not a.startswith("--")]
+    if len(paths) != 1:
+        raise LzeBenchError("usage: lze-bench sweep status SWEEP_DIR [--watch] [--every=SECONDS]")
+    sweep_dir = Path(paths[0])
+    every = 5.0
+    for arg in args:
+        if arg.startswith("--every="):
+            every = float(arg.split("=", 1)[1])
+    console = Console()
+    if "--watch" not in args:
+        console.print(jobs_table(sweep_dir, current(sweep_dir)))
+        return
+    with Live(jobs_table(sweep_dir, current(sweep_dir)), console=console, refresh_per_second=1) as live:
+        while True:
+            data = current(sweep_dir)
+            live.update(jobs_table(sweep_dir, data))
+            if all(e["status"] in FINAL for e in data["jobs"].values()):
+                break
+            time.sleep(every)
+
+
+def print_plan(plan, sweep_dir: Path) -> None:
+    """`--dry-run`: the jobs, their pairing and (Slurm) the sbatch script; nothing is written."""
+    from lze_bench.sweep_manifest import load_manifest
+
+    console = Console()
+    old = (load_manifest(plan.sweep_dir) or {}).get("jobs", {})
+    table = Table(title=f"sweep {plan.name}: {len(plan.jobs)} jobs -> {sweep_dir} (dry run: nothing submitted)")
+    for column in ("job", "grid values", "run dir", "config", "pair", "now"):
+        table.add_column(column, overflow="fold")
+    pair_index = pair_labels(job.pair_key for job in plan.jobs)
+    for job in plan.jobs:
+        axes = " ".join(f"{k}={v}" for k, v in job.axes.items())
+        now = "done (skip)" if (job.run_dir / "DONE").exists() else old.get(job.name, {}).get("status", "new")
+        table.add_row(job.name, axes, str(job.run_dir.relative_to(plan.sweep_dir)), job.config_hash, f"P{pair_index[job.pair_key]}", now)
+    console.print(table)
+    fixed = sorted({o for job in plan.jobs for o in job.overrides} - {f"{k}={v}" for j in plan.jobs for k, v in j.axes.items()})
+    console.print(f"every job: {' '.join(fixed) or '(defaults)'}", highlight=False)
+    for key, names in plan.pairs.items():
+        console.print(f"P{pair_index[key]} (paired: same data order and warm start): {', '.join(names)}", highlight=False)
+    launcher = plan.launcher
+    console.print(f"launcher: {launcher.get('name')} (array_parallelism={launcher.get('array_parallelism')}, "
+                  f"cpus_per_task={launcher.get('cpus_per_task')}, timeout_min={launcher.get('timeout_min')})", highlight=False)
+    if launcher.get("name") == "slurm":
+        from lze_bench.sweep_submit import sbatch_preview
+
+        console.print("sbatch script submitit would submit:", highlight=False)
+        console.print(sbatch_preview(plan, len(plan.jobs)), markup=False, highlight=False, soft_wrap=True)

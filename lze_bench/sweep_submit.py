@@ -1,0 +1,207 @@
+"""Submit a sweep's jobs with submitit and wait for them (issue 6).
+
+* `launcher=slurm`: one Slurm job array through `sbatch` (submitit's SlurmExecutor),
+  `%array_parallelism` jobs at once, requeued on preemption/time-out by
+  submitit's checkpoint protocol (sweep_job.TrainJob.checkpoint).
+* `launcher=local`: submitit's LocalExecutor, one process per job. It starts
+  every job it is given at once, so this module hands it at most
+  `launcher.array_parallelism` jobs at a time and submits the next as one ends;
+  hence local sweeps wait (`wait=false` is refused).
+
+Re-running a sweep skips `done` jobs, leaves `queued`/`running` ones alone and
+(re)submits `new` and `failed` ones; each job writes only its own run dir, so a
+failure never touches another's results. Each job gets OMP/MKL threads =
+launcher.cpus_per_task (torch would otherwise use every core in every job).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from lze_bench.errors import LzeBenchError
+from lze_bench.sweep_manifest import (
+    FINAL,
+    SUBMITIT,
+    derive_status,
+    load_manifest,
+    merge_plan,
+    new_manifest,
+    run_dir_of,
+    save_manifest,
+)
+from lze_bench.sweep_scheduler import scheduler_states
+from lze_bench.sweep_status import SweepDisplay
+
+log = logging.getLogger(__name__)
+
+
+def slurm_parameters(launcher: dict, name: str) -> dict:
+    """SlurmExecutor parameters (sbatch flags) from the launcher config."""
+    params = {
+        "job_name": f"lze-{name}",
+        "time": int(launcher["timeout_min"]),
+        "nodes": int(launcher["nodes"]),
+        "ntasks_per_node": 1,  # one training process per node; the backend spreads over GPUs
+        "cpus_per_task": int(launcher["cpus_per_task"]),
+        "array_parallelism": int(launcher["array_parallelism"]),
+        "setup": [*thread_exports(launcher), *launcher.get("setup", [])],
+        "additional_parameters": dict(launcher.get("additional_parameters") or {}),
+    }
+    for key in ("partition", "account", "qos", "constraint"):
+        if launcher.get(key):
+            params[key] = str(launcher[key])
+    if int(launcher["gpus_per_node"]) > 0:
+        params["gpus_per_node"] = int(launcher["gpus_per_node"])
+    if launcher.get("mem_gb"):
+        params["mem"] = f"{int(launcher['mem_gb'])}GB"
+    return params
+
+
+def thread_exports(launcher: dict) -> list[str]:
+    n = int(launcher["cpus_per_task"])
+    return [f"export OMP_NUM_THREADS={n}", f"export MKL_NUM_THREADS={n}"]
+
+
+def sbatch_preview(plan, count: int) -> str:
+    """The sbatch script submitit would write for an array of `count` jobs (nothing is submitted)."""
+    from submitit.slurm.slurm import _make_sbatch_string  # submitit's own renderer, so the preview is exact
+
+    folder = plan.sweep_dir / SUBMITIT
+    command = " ".join([shlex.quote(sys.executable), "-u -m submitit.core._submit", shlex.quote(str(folder))])
+    return _make_sbatch_string(command=command, folder=folder, map_count=count, **slurm_parameters(plan.launcher, plan.name))
+
+
+def make_executor(plan):
+    import submitit
+
+    launcher = plan.launcher
+    folder = plan.sweep_dir / SUBMITIT
+    max_requeue = int(launcher["max_requeue"])
+    if launcher["name"] == "slurm":
+        try:
+            executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=max_requeue)
+        except RuntimeError as exc:
+            raise LzeBenchError(f"launcher=slurm: {exc} (no srun on PATH); use launcher=local here") from exc
+        executor.update_parameters(**slurm_parameters(launcher, plan.name))
+        return executor
+    if int(launcher["nodes"]) != 1:
+        raise LzeBenchError("launcher.nodes: launcher=local runs on this machine only; use nodes=1 or launcher=slurm")
+    executor = submitit.LocalExecutor(folder=folder, max_num_timeout=max_requeue)
+    executor.update_parameters(timeout_min=int(launcher["timeout_min"]), gpus_per_node=int(launcher["gpus_per_node"]))
+    return executor
+
+
+@contextlib.contextmanager
+def job_threads(launcher: dict):
+    """Local jobs inherit this process's environment: set their thread counts for the submission only."""
+    n = str(int(launcher["cpus_per_task"]))
+    saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    os.environ.update(OMP_NUM_THREADS=n, MKL_NUM_THREADS=n)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+
+
+def refresh(plan, data: dict, kind: str) -> dict[str, tuple[str, str | None]]:
+    """Derive every job's status now and record it in the manifest (in memory)."""
+    live = scheduler_states(kind, [e["job_id"] for e in data["jobs"].values() if e.get("job_id")])
+    statuses = {}
+    for name, entry in data["jobs"].items():
+        status, error = derive_status(plan.sweep_dir, entry, live)
+        entry["status"], entry["error"] = status, error
+        statuses[name] = (status, error)
+    return statuses
+
+
+def submit(executor, plan, data: dict, names: list[str]) -> None:
+    from lze_bench.sweep_job import TrainJob
+
+    by_name = {job.name: job for job in plan.jobs}
+    calls = [TrainJob(by_name[n].overrides, str(by_name[n].run_dir), by_name[n].config_hash) for n in names]
+    for name in names:
+        run_dir_of(plan.sweep_dir, data["jobs"][name]).mkdir(parents=True, exist_ok=True)
+    with job_threads(plan.launcher):
+        if len(calls) > 1:
+            with executor.batch():
+                jobs = [executor.submit(call) for call in calls]
+        else:
+            jobs = [executor.submit(calls[0])]
+    now = time.strftime("%Y-%m-%dT%H:%M:%S")
+    for name, job in zip(names, jobs):
+        entry = data["jobs"][name]
+        entry.update(job_id=str(job.job_id), status="queued", error=None, submitted=now)
+        entry["attempts"] = int(entry.get("attempts", 0)) + 1
+        log.info("submitted %s as job %s", name, job.job_id)
+    save_manifest(plan.sweep_dir, data)
+
+
+def run_sweep(plan, wait: bool = True, poll_s: float = 5.0, command_line: list[str] = ()) -> dict:
+    """Submit what is not done or running; with `wait`, block until all jobs end. Returns the manifest."""
+    kind = plan.launcher["name"]
+    if kind == "local" and not wait:
+        raise LzeBenchError("wait=false needs launcher=slurm: local jobs are throttled by this process; use wait=true")
+    plan.sweep_dir.mkdir(parents=True, exist_ok=True)
+    data = merge_plan(load_manifest(plan.sweep_dir) or new_manifest(plan, list(command_line)), plan)
+    statuses = refresh(plan, data, kind)
+    todo = [j.name for j in plan.jobs if statuses[j.name][0] in ("new", "failed")]
+    skipped = [j.name for j in plan.jobs if statuses[j.name][0] == "done"]
+    if skipped:
+        log.info("%d job(s) already done, skipped: %s", len(skipped), ", ".join(skipped))
+    save_manifest(plan.sweep_dir, data)
+    executor = make_executor(plan) if todo else None
+    parallel = int(plan.launcher["array_parallelism"]) if kind == "local" else len(todo)
+    display = SweepDisplay(plan.sweep_dir, data) if wait else None
+    try:
+        with display or contextlib.nullcontext():
+            while True:
+                active = sum(1 for n in data["jobs"] if data["jobs"][n]["status"] in ("queued", "running"))
+                batch, todo = todo[: max(0, parallel - active)], todo[max(0, parallel - active):]
+                if batch:
+                    submit(executor, plan, data, batch)
+                if not wait:
+                    break
+                display.update(data)
+                if not todo and all(data["jobs"][j.name]["status"] in FINAL for j in plan.jobs):
+                    break
+                time.sleep(poll_s)
+                refresh(plan, data, kind)
+                save_manifest(plan.sweep_dir, data)
+    except KeyboardInterrupt:
+        _interrupted(plan, data, kind)
+        raise
+    save_manifest(plan.sweep_dir, data)
+    if wait:
+        _finish(plan, data)
+    return data
+
+
+def _interrupted(plan, data: dict, kind: str) -> None:
+    """Ctrl-C: local jobs are this process's children: stop them (a re-run resumes them)."""
+    if kind == "local":
+        import signal
+
+        for entry in data["jobs"].values():
+            if entry["status"] in ("queued", "running") and entry.get("job_id"):
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(entry["job_id"]), signal.SIGINT)
+    save_manifest(plan.sweep_dir, data)
+    log.warning("interrupted; run the same command again to resume (finished jobs are kept)")
+
+
+def _finish(plan, data: dict) -> None:
+    jobs = [data["jobs"][j.name] for j in plan.jobs]
+    failed = [j.name for j in plan.jobs if data["jobs"][j.name]["status"] == "failed"]
+    if failed:
+        raise LzeBenchError(
+            f"{len(failed)} of {len(jobs)} jobs failed ({', '.join(failed)}); see `lze-bench sweep status "
+            f"{plan.sweep_dir}`; run the same command again to resubmit them (finished jobs are kept)"
+        )
+    log.info("sweep %s: %d jobs done in %s", plan.name, len(jobs), Path(plan.sweep_dir))

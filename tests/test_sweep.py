@@ -1,0 +1,177 @@
+"""`lze-bench sweep`: grid expansion, pairing, manifest, status, skip/resubmit, local executor (issue 6)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lze_bench.cli import app
+from lze_bench.config import compose, yaml_options
+from lze_bench.errors import LzeBenchError
+from lze_bench.registry import SELECTORS
+from lze_bench.rundir import mark_done
+from lze_bench.sweep import SweepSpec, split_args, sweep_name
+from lze_bench.sweep_grid import grid_axes, job_name, plan_jobs
+from lze_bench.sweep_manifest import derive_status, load_manifest, merge_plan, new_manifest
+from lze_bench.sweep_submit import run_sweep
+
+runner = CliRunner()
+# A model path that does not exist: composition accepts it, the job fails when it starts
+# (before any training), so the failure path is exercised for real and fast.
+BROKEN = ["model=/nonexistent/lze-bench-test-model", "trainer.steps=1"]
+
+
+def two_selectors() -> list[str]:
+    import lze_bench.selectors  # noqa: F401  (registers them)
+
+    if "dapo" not in SELECTORS:
+        pytest.skip("needs a second selector (dapo) registered")
+    return ["uniform", "dapo"]
+
+
+def test_split_args_sends_sweep_keys_to_the_sweep():
+    sweep_args, train_args = split_args(["sweep=quickstart", "sweep.name=x", "wait=false", "seed=0,1", "poll_s=2",
+                                         "sweep_dir=/tmp/s", "launcher=slurm"])
+    assert sweep_args == ["sweep=quickstart", "sweep.name=x", "wait=false", "poll_s=2", "sweep_dir=/tmp/s"]
+    assert train_args == ["seed=0,1", "launcher=slurm"]
+    assert sweep_name(None, ["sweep=quickstart"], []) == "quickstart"
+    assert sweep_name("named", ["sweep=quickstart"], []) == "named"
+    assert sweep_name(None, [], ["seed=0,1"]).startswith("multirun-")
+    assert sweep_name(None, [], ["seed=0,1"]) != sweep_name(None, [], ["seed=0,2"])
+
+
+def test_grid_axes_command_line_replaces_recipe_axes():
+    fixed, axes = grid_axes({"selector": ["uniform", "lze"], "seed": [0, 1, 2]}, ["trainer.steps=3"],
+                            ["seed=5", "trainer.lr=0.1,0.2", "selector=uniform,dapo"])
+    assert fixed == ["trainer.steps=3", "seed=5"]
+    assert axes == {"trainer.lr": ["0.1", "0.2"], "selector": ["uniform", "dapo"]}
+    assert grid_axes({}, [], ["seed=range(0,3)"])[1] == {"seed": ["0", "1", "2"]}
+    assert grid_axes({"flag": [True, None]}, [], [])[1] == {"flag": ["true", "null"]}
+
+
+def test_job_names():
+    assert job_name({"selector": "lze", "seed": "1"}) == "lze-s1"
+    assert job_name({"trainer.lr": "0.001", "seed": "0", "selector": "dapo"}) == "dapo-s0-lr0.001"
+    assert job_name({}) == "job"
+    assert job_name({"data.root": "/a b"}) == "root_a_b"
+
+
+def test_plan_pairs_selectors_of_a_seed(tmp_path):
+    selectors = two_selectors()
+    spec = SweepSpec(grid={"selector": selectors, "seed": [0, 1]}, overrides=["trainer.steps=2"])
+    plan = plan_jobs(spec, [], tmp_path, name="t")
+    names = [job.name for job in plan.jobs]
+    assert names == [f"{s}-s{seed}" for s in selectors for seed in (0, 1)]
+    assert all(job.run_dir == tmp_path / "runs" / job.name for job in plan.jobs)
+    assert len({job.config_hash for job in plan.jobs}) == 4
+    groups = sorted(sorted(names) for names in plan.pairs.values())
+    assert groups == sorted(sorted(f"{s}-s{seed}" for s in selectors) for seed in (0, 1))
+    assert plan.launcher["name"] == "local" and all(job.steps == 2 for job in plan.jobs)
+
+
+def test_plan_errors_before_anything_runs(tmp_path):
+    with pytest.raises(LzeBenchError, match="launcher cannot be swept"):
+        plan_jobs(SweepSpec(), ["launcher=local,slurm"], tmp_path, name="t")
+    with pytest.raises(LzeBenchError, match="trainer.stpes"):
+        plan_jobs(SweepSpec(), ["seed=0,1", "trainer.stpes=3"], tmp_path, name="t")
+    with pytest.raises(LzeBenchError, match="unknown selector"):
+        plan_jobs(SweepSpec(), ["selector=uniform,nosuch"], tmp_path, name="t")
+
+
+@pytest.mark.parametrize("recipe", sorted(yaml_options("sweep")))
+def test_every_recipe_composes(recipe, tmp_path):
+    cfg = compose("sweep", [f"sweep={recipe}"])
+    plan = plan_jobs(cfg.sweep, [], tmp_path, name=recipe)
+    assert plan.jobs, f"sweeps/{recipe}.yaml expands to no job"
+
+
+def test_manifest_refuses_a_changed_config(tmp_path):
+    plan = plan_jobs(SweepSpec(), ["seed=0,1", "trainer.steps=2"], tmp_path, name="t")
+    data = merge_plan(new_manifest(plan, []), plan)
+    assert data["jobs"]["s0"]["run_dir"] == "runs/s0" and data["jobs"]["s0"]["status"] == "new"
+    changed = plan_jobs(SweepSpec(), ["seed=0,1", "trainer.steps=3"], tmp_path, name="t")
+    with pytest.raises(LzeBenchError, match="was run with another config"):
+        merge_plan(data, changed)
+
+
+def test_status_is_derived_from_files(tmp_path):
+    entry = {"run_dir": "runs/a", "job_id": None}
+    assert derive_status(tmp_path, entry, {}) == ("new", None)
+    entry["job_id"] = "123"
+    assert derive_status(tmp_path, entry, {"123": "running"}) == ("running", None)
+    assert derive_status(tmp_path, entry, None)[0] == "unknown"
+    status, error = derive_status(tmp_path, entry, {})
+    assert status == "failed" and "left the scheduler" in error
+    mark_done(tmp_path / "runs" / "a")
+    assert derive_status(tmp_path, entry, {}) == ("done", None)
+
+
+def test_local_sweep_skips_done_reports_failure_and_resubmits(tmp_path):
+    """A done job is never resubmitted or touched; a failing job is reported with its error and
+    resubmitted by the next run of the same sweep."""
+    sweep_dir = tmp_path / "sw"
+    plan = plan_jobs(SweepSpec(), ["seed=0,1", *BROKEN], sweep_dir, name="t")
+    done_dir = sweep_dir / "runs" / "s0"
+    mark_done(done_dir)
+    (done_dir / "result.txt").write_text("kept")
+    with pytest.raises(LzeBenchError, match="1 of 2 jobs failed"):
+        run_sweep(plan, wait=True, poll_s=0.2, command_line=["seed=0,1"])
+    data = load_manifest(sweep_dir)
+    assert data["jobs"]["s0"]["status"] == "done" and data["jobs"]["s0"]["job_id"] is None
+    failed = data["jobs"]["s1"]
+    assert failed["status"] == "failed" and failed["attempts"] == 1 and failed["error"]
+    assert (sweep_dir / "submitit" / f"{failed['job_id']}_0_log.err").exists()
+    with pytest.raises(LzeBenchError, match="1 of 2 jobs failed"):
+        run_sweep(plan, wait=True, poll_s=0.2)
+    data = load_manifest(sweep_dir)
+    assert data["jobs"]["s1"]["attempts"] == 2 and data["jobs"]["s0"]["attempts"] == 0
+    assert (done_dir / "result.txt").read_text() == "kept"
+    assert data["pairs"] and data["launcher"]["name"] == "local"
+    watched = runner.invoke(app, ["sweep", "status", str(sweep_dir), "--watch", "--every=0.1"])  # all final: returns
+    assert watched.exit_code == 0 and "1 done" in watched.output and "1 failed" in watched.output
+
+
+def test_cli_dry_run_lists_jobs_and_sbatch_script(tmp_path):
+    result = runner.invoke(app, ["sweep", "--dry-run", "seed=0,1", "trainer.steps=2", "launcher=slurm",
+                                 "launcher.partition=debug", f"sweep_dir={tmp_path / 'sw'}"])
+    assert result.exit_code == 0, result.output
+    assert "2 jobs" in result.output and "s0" in result.output and "s1" in result.output
+    assert "#SBATCH --array=0-1%2" in result.output and "#SBATCH --partition=debug" in result.output
+    assert "submitit.core._submit" in result.output
+    assert not (tmp_path / "sw").exists()  # a dry run writes nothing
+
+
+def test_cli_status_and_errors(tmp_path):
+    plan = plan_jobs(SweepSpec(), ["seed=0,1", "trainer.steps=2"], tmp_path, name="t")
+    from lze_bench.sweep_manifest import save_manifest
+
+    save_manifest(tmp_path, merge_plan(new_manifest(plan, []), plan))
+    mark_done(tmp_path / "runs" / "s1")
+    result = runner.invoke(app, ["sweep", "status", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "s0" in result.output and "new" in result.output and "done" in result.output
+    assert json.loads((tmp_path / "manifest.json").read_text())["jobs"]["s1"]["status"] == "new"  # status only reads
+    result = runner.invoke(app, ["sweep", "status", str(tmp_path / "nothing")])
+    assert result.exit_code == 2 and "no manifest.json" in result.output
+    result = runner.invoke(app, ["sweep"])
+    assert result.exit_code == 2 and "nothing to sweep" in result.output
+    result = runner.invoke(app, ["sweep", "seed=0,1", "wait=false"])
+    assert result.exit_code == 2 and "wait=false needs launcher=slurm" in result.output
+
+
+def test_train_job_requeues_itself_and_skips_a_finished_run(tmp_path):
+    """submitit's checkpoint protocol: a time-out/preemption resubmits the same call (the backend resumes)."""
+    from lze_bench.sweep_job import TrainJob
+
+    job = TrainJob(["seed=1", "trainer.steps=2"], str(tmp_path / "run"), "abc")
+    again = job.checkpoint()
+    assert isinstance(again.function, TrainJob) and again.function is not job
+    assert (again.function.overrides, again.function.run_dir, again.function.config_hash) == (
+        job.overrides, job.run_dir, "abc")
+    with pytest.raises(LzeBenchError, match="differs from the one planned"):
+        job()  # "abc" is not the hash of this config: code or config changed since planning
+    mark_done(tmp_path / "run")
+    assert job() == {"run_dir": str(tmp_path / "run"), "resumed": False, "already_done": True}
