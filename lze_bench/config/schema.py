@@ -41,8 +41,8 @@ class TrainerConfig:
     n_samples: int = 8  # responses per prompt (group size)
     temperature: float = 1.0  # rollout sampling temperature
     top_p: float = 1.0
-    max_new_tokens: int = 64  # response length cap
-    lr: float = 1e-4  # AdamW learning rate
+    max_new_tokens: int = 96  # response length cap (the synthetic task's longest worked solution is 77 tokens)
+    lr: float = 3e-5  # AdamW learning rate (tuned for the embedded tiny policy; real models use ~1e-6)
     weight_decay: float = 0.0
     grad_clip: float = 1.0  # max grad norm (0 = off)
     clip_eps_low: float = 0.2  # PPO clip range [1 - low, 1 + high]

@@ -1,18 +1,62 @@
-"""The embedded default backend: a tiny HF policy trained by our compact GRPO loop.
+"""The embedded default backend: a tiny HF policy trained by our compact GRPO loop (issue 4).
 
-Registered here (light); torch and transformers load inside `train` only.
+Registered here and kept light: torch and transformers load inside `train`.
+`LocalBackendConfig` holds the knobs only this backend has; the GRPO knobs
+every backend honours are `trainer.*` (config/schema.py).
+
+Passes the local backend runs, and the FLOPs it books (lze_bench.flops, F(L)
+per forward pass over L tokens; details in trainer.py / grpo.py / features.py):
+  rollout     generation with a KV cache, F(prompt + response) per sample,
+              probes included                                  -> flops_rollout
+  reference   one forward per trained sequence when trainer.kl_coef > 0
+                                                               -> flops_logprob
+  old policy  none: each PPO epoch is one optimizer step over the whole kept
+              batch, so pi_old is the detached log-prob of the first epoch's
+              own forward pass (no extra pass, nothing booked)
+  update      3·F(L) per trained sequence per PPO epoch        -> flops_train
+  selection   prompt entropy (current policy) and prompt embeddings (initial
+              policy, once for all prompts) on request, F(prompt) each
+                                                               -> flops_select
+  held-out eval  greedy generation, F(prompt + response); NOT training
+              compute: ledger column flops_eval, outside flops_total.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
+from lze_bench.config.schema import require
 from lze_bench.registry import BACKENDS
 
 
 @dataclass
 class LocalBackendConfig:
     name: str = "local"
+    threads: int = 0  # torch CPU threads (0 = torch's default, all cores)
+    cache_dir: Optional[str] = None  # warm-start cache; null: env LZE_BENCH_CACHE, else ~/.cache/lze-bench
+    # supervised warm start (loss on the solution only), cached by the hash of what shapes it
+    warmstart_steps: int = 300  # optimizer steps (0 = start from random weights)
+    warmstart_batch_size: int = 64
+    warmstart_lr: float = 3e-3
+    warmstart_warmup: int = 30  # linear warm-up steps, then cosine decay to 10%
+    init_seed: int = 0  # weight init + warm-start data order (shared by every run of a comparison)
+    lr_warmup_steps: int = 10  # GRPO lr ramps linearly over the first K steps (Adam's first steps are sign steps)
+    eval_size: int = 300  # held-out problems evaluated (greedy) every trainer.eval_every steps
+    gen_chunk_size: int = 256  # sequences per generation batch
+    max_gen_rounds: int = 10  # backend cap on generation rounds per step (DAPO's "sample until full")
+    rollout_store_groups: int = -1  # groups kept for replay (ASTRAL); -1: the selector's buffer_size, else 0
+    grade_workers: int = 1  # grading processes (lze_bench.grading.Grader)
+    stop_after_steps: int = 0  # end this invocation after K more steps (time-sliced jobs, tests); 0 = off
+
+    def __post_init__(self):
+        for key in ("threads", "warmstart_steps", "warmstart_warmup", "lr_warmup_steps", "stop_after_steps",
+                    "grade_workers"):
+            require(getattr(self, key) >= 0, f"backend.{key}", f"must be >= 0, got {getattr(self, key)}")
+        for key in ("warmstart_batch_size", "eval_size", "gen_chunk_size", "max_gen_rounds"):
+            require(getattr(self, key) > 0, f"backend.{key}", f"must be > 0, got {getattr(self, key)}")
+        require(self.warmstart_lr > 0, "backend.warmstart_lr", f"must be > 0, got {self.warmstart_lr}")
+        require(self.rollout_store_groups >= -1, "backend.rollout_store_groups", "must be >= 0, or -1 (auto)")
 
 
 @BACKENDS.add("local")
@@ -21,6 +65,12 @@ class LocalBackend:
 
     @staticmethod
     def train(cfg):
-        from lze_bench.errors import NotYetAvailable
+        from lze_bench.backends.local.trainer import train
 
-        raise NotYetAvailable("the local backend's trainer has not landed yet (issue: embedded backend)")
+        return train(cfg)
+
+    @staticmethod
+    def dry_run(cfg):
+        from lze_bench.backends.local.trainer import dry_run
+
+        return dry_run(cfg)

@@ -1,0 +1,142 @@
+"""Resumable trainer state: the data order, the rollout store, and checkpoints.
+
+Design.md "One training step" 1: the data order is seeded by the run's `seed`
+only, so every selector of a comparison sees the same stream. Epoch `e` is the
+permutation `default_rng([seed, e, DATA_TAG])` of the N train prompt ids; a
+step takes the next `k` ids and never straddles two epochs (like a data loader
+with drop_last: when fewer than `k` remain, the epoch ends and the rest are
+skipped), so `begin_epoch(e)` can run before the first step of pass `e`.
+Selectors with `candidate_mode="full"` (ASTRAL) see all N ids every step; the
+stream then advances by the number of prompts they rolled out, so their
+epochs count passes' worth of data too.
+
+Checkpoint `checkpoints/step_K/` (K = updates done; ledger rows 0..K-1) holds
+the HF policy + tokenizer, `trainer_state.pt` (optimizer, stream position,
+flags) and `rollout_store.pt`; the selector state goes to
+`selector_state/step_K.npz`. The `COMPLETE` marker is written last; a
+directory without it is ignored and overwritten.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+from lze_bench.errors import LzeBenchError
+from lze_bench.rundir import checkpoint_dir, mark_checkpoint_complete, selector_state_path
+from lze_bench.selectors import load_state, save_state
+
+DATA_TAG = 0x5EED
+TRAINER_STATE = "trainer_state.pt"
+ROLLOUT_STORE = "rollout_store.pt"
+
+
+class DataStream:
+    """The seeded order of train prompt ids, epoch by epoch."""
+
+    def __init__(self, num_prompts: int, seed: int):
+        self.num_prompts, self.seed = int(num_prompts), int(seed)
+        self.epoch, self.offset = 0, 0
+        self._order_epoch, self._order = -1, None
+
+    def order(self) -> np.ndarray:
+        if self._order_epoch != self.epoch:
+            self._order = np.random.default_rng([self.seed, self.epoch, DATA_TAG]).permutation(self.num_prompts)
+            self._order_epoch = self.epoch
+        return self._order
+
+    def prepare(self, count: int) -> int:
+        """Move to the next epoch if fewer than `count` ids remain in this one; returns the epoch."""
+        if count > self.num_prompts:
+            raise LzeBenchError(f"a step needs {count} candidates but the task has {self.num_prompts} train prompts; "
+                                "raise task.num_train or lower trainer.batch_size / data.candidates_per_step")
+        if self.offset + count > self.num_prompts:
+            self.epoch, self.offset = self.epoch + 1, 0
+        return self.epoch
+
+    def take(self, count: int) -> np.ndarray:
+        self.prepare(count)
+        ids = self.order()[self.offset:self.offset + count].astype(np.int64)
+        self.offset += count
+        return ids
+
+    def advance(self, count: int) -> None:
+        """Full-mode selectors: count `count` prompts as consumed."""
+        self.offset += int(count)
+        while self.offset >= self.num_prompts:
+            self.epoch, self.offset = self.epoch + 1, self.offset - self.num_prompts
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "offset": self.offset}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.offset = int(state["epoch"]), int(state["offset"])
+
+
+class RolloutStore:
+    """Generated groups kept for replay (ASTRAL), newest entry per prompt, at most `capacity` prompts.
+
+    ASTRAL's buffer keeps each prompt's newest group and at most buffer_size
+    groups, so a store of the newest `buffer_size` prompts holds every key it
+    can ask for.
+    """
+
+    def __init__(self, capacity: int):
+        self.capacity = int(capacity)
+        self.groups: OrderedDict[int, object] = OrderedDict()
+
+    def put(self, group) -> None:
+        if self.capacity <= 0:
+            return
+        self.groups.pop(group.prompt_id, None)
+        self.groups[group.prompt_id] = group
+        while len(self.groups) > self.capacity:
+            self.groups.popitem(last=False)
+
+    def get(self, prompt_id: int, gen_step: int):
+        group = self.groups.get(int(prompt_id))
+        if group is None or group.gen_step != int(gen_step):
+            raise LzeBenchError(
+                f"replay asked for group (prompt {prompt_id}, step {gen_step}), which the rollout store no longer "
+                f"holds (capacity {self.capacity}); raise backend.rollout_store_groups"
+            )
+        return group
+
+
+def save_checkpoint(run_dir: Path, updates: int, model, tokenizer, optimizer, selector, store: RolloutStore,
+                    trainer_state: dict) -> Path:
+    import torch
+
+    from lze_bench.backends.local.model import save_policy
+
+    target = checkpoint_dir(run_dir, updates)
+    if target.exists():  # an incomplete leftover of a killed run
+        shutil.rmtree(target)
+    save_policy(model, tokenizer, target)
+    torch.save({"optimizer": optimizer.state_dict(), **trainer_state}, target / TRAINER_STATE)
+    torch.save({"capacity": store.capacity, "groups": list(store.groups.values())}, target / ROLLOUT_STORE)
+    state_path = selector_state_path(run_dir, updates)
+    state_path.parent.mkdir(parents=True, exist_ok=True)
+    save_state(state_path, selector.state_dict())
+    mark_checkpoint_complete(target)
+    return target
+
+
+def load_checkpoint(run_dir: Path, updates: int, optimizer, selector, store: RolloutStore) -> dict:
+    """Restore optimizer, selector and store in place; returns the trainer state dict."""
+    import torch
+
+    source = checkpoint_dir(run_dir, updates)
+    state = torch.load(source / TRAINER_STATE, map_location="cpu", weights_only=False)
+    optimizer.load_state_dict(state.pop("optimizer"))
+    saved = torch.load(source / ROLLOUT_STORE, map_location="cpu", weights_only=False)
+    for group in saved["groups"]:
+        store.put(group)
+    path = selector_state_path(run_dir, updates)
+    if not path.exists():
+        raise LzeBenchError(f"resume from {source}: missing selector state {path}; use a new run_dir")
+    selector.load_state_dict(load_state(path))
+    return state

@@ -1,0 +1,259 @@
+"""`lze-bench train backend=local`: run directory, warm start, resume, the step loop, DONE.
+
+Run directory (design.md "The run directory"; rundir.py): `config.yaml`
+(resolved config + version + git commit + the warm start used),
+`ledger.parquet` (every LEDGER_COLUMNS column each step, plus `flops_eval`,
+`loss`, `kl`, `clip_frac`, `grad_norm`, `seq_len_mean`), the rollout log,
+`heldout.jsonl` (every held-out eval with its per-level accuracy; `updates` =
+updates done, 0 = the initial policy), `checkpoints/step_K/`,
+`selector_state/step_K.npz`, `DONE`.
+
+Step numbering (shared with the OpenRLHF backend): ledger/rollout rows carry
+the 0-based step `t` the selectors see; the checkpoint after update `t` is
+`checkpoints/step_{t+1}` (K = updates done); the held-out accuracy in row `t`
+is that of the policy after update `t`.
+
+Resume: the same command on an unfinished run directory continues from its
+last complete checkpoint: ledger, rollout log and heldout.jsonl are cut back to
+it and the steps after it are run again, so no step is missing or doubled. A
+finished run directory (DONE) is refused; a run directory holding a different
+config is refused (`backend.threads` and `backend.stop_after_steps` may differ).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+from lze_bench import __version__
+from lze_bench.errors import LzeBenchError
+from lze_bench.rundir import (CONFIG, atomic_write_text, config_hash, default_run_dir, git_commit,
+                              latest_checkpoint, mark_done, refuse_finished)
+
+log = logging.getLogger(__name__)
+
+HELDOUT_FILE = "heldout.jsonl"
+_VOLATILE = ("threads", "stop_after_steps")  # backend knobs that do not change results
+
+
+def _identity(container: dict) -> str:
+    data = {k: v for k, v in container.items()}
+    data["backend"] = {k: v for k, v in container["backend"].items() if k not in _VOLATILE}
+    return config_hash(data)
+
+
+def resolve_run_dir(cfg) -> Path:
+    from lze_bench.config import config_dict
+
+    return Path(cfg.run_dir) if cfg.run_dir else default_run_dir(config_dict(cfg))
+
+
+def dry_run(cfg) -> None:
+    """Print the resolved config and where the run would write; run nothing."""
+    import typer
+    from omegaconf import OmegaConf
+
+    typer.echo(OmegaConf.to_yaml(cfg, resolve=True), nl=False)
+    typer.echo(f"# run directory: {resolve_run_dir(cfg)}")
+
+
+def _write_config(run_dir: Path, container: dict, extra: dict) -> None:
+    import yaml
+
+    path = run_dir / CONFIG
+    identity = _identity(container)
+    if path.exists():
+        old = yaml.safe_load(path.read_text()) or {}
+        if old.get("identity") not in (None, identity):
+            raise LzeBenchError(f"run_dir {str(run_dir)!r} holds a run with a different config; "
+                                "pass a new run_dir=PATH (or rerun with that run's exact overrides to resume it)")
+    body = {**container, "version": __version__, "git_commit": git_commit(), "identity": identity, **extra}
+    atomic_write_text(path, yaml.safe_dump(body, sort_keys=False))
+
+
+def _read_heldout(run_dir: Path, max_updates: int) -> list[dict]:
+    path = run_dir / HELDOUT_FILE
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in rows if r["updates"] <= max_updates]
+
+
+def _write_heldout(run_dir: Path, rows: list[dict]) -> None:
+    atomic_write_text(run_dir / HELDOUT_FILE, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+
+def train(cfg) -> Path:
+    from lze_bench.config import config_dict, to_objects
+
+    objects = to_objects(cfg)
+    run_dir = resolve_run_dir(cfg)
+    refuse_finished(run_dir)
+    from lze_bench.backends.local.model import setup_torch
+
+    setup_torch(objects.backend.threads)
+    from lze_bench.grading import Grader
+
+    with Grader(timeout_s=5.0, workers=objects.backend.grade_workers) as grader:
+        session = _Session(objects, config_dict(cfg), run_dir, grader)
+        session.run()
+    return run_dir
+
+
+class _Session:
+    """One invocation of a run: set up (or resume), loop, finish."""
+
+    def __init__(self, cfg, container: dict, run_dir: Path, grader):
+        self.cfg, self.container, self.run_dir, self.grader = cfg, container, run_dir, grader
+
+    def _policy_source(self, device) -> tuple[Path | str, dict]:
+        from lze_bench.backends.local.warmstart import ensure_warmstart, read_info
+
+        if self.cfg.model.path:
+            return self.cfg.model.path, {"warmstart": None}
+        directory = ensure_warmstart(self.cfg.model, self.cfg.task, self.cfg.backend, device, self.grader)
+        info = read_info(directory)
+        summary = {k: info.get(k) for k in ("key", "steps", "time_s", "flops", "parameters", "heldout_accuracy",
+                                            "heldout_by_level")}
+        return directory, {"warmstart": {"dir": str(directory), **summary}}
+
+    def setup(self):
+        import torch
+
+        from lze_bench.backends.local.features import Features
+        from lze_bench.backends.local.heldout import encode_prompts
+        from lze_bench.backends.local.model import load_policy, resolve_device
+        from lze_bench.backends.local.state import DataStream, RolloutStore, load_checkpoint
+        from lze_bench.backends.local.step import StepRunner
+        from lze_bench.flops import FlopModel
+        from lze_bench.ledger import Ledger, RolloutLog
+        from lze_bench.selectors import build_selector
+        from lze_bench.tasks.synthetic import load_split
+
+        cfg, trainer = self.cfg, self.cfg.trainer
+        device = resolve_device(cfg.device)
+        initial, extra = self._policy_source(device)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        _write_config(self.run_dir, self.container, extra)
+        resume = latest_checkpoint(self.run_dir)
+        self.updates = resume[0] if resume else 0
+        model, tokenizer = load_policy(resume[1] if resume else initial, device, cfg.model.dtype)
+        self.model, self.tokenizer, self.device, self.initial = model, tokenizer, device, initial
+        self.flop_model = FlopModel.from_torch_model(model)
+        rows = load_split("train", cfg.task)
+        self.test_rows = load_split("test", cfg.task)[: cfg.backend.eval_size]
+        prompts = encode_prompts(tokenizer, [r["problem"] for r in rows])
+        longest = max(len(p) for p in prompts) + trainer.max_new_tokens
+        limit = getattr(model.config, "max_position_embeddings", None)
+        if limit is not None and longest > limit:
+            raise LzeBenchError(f"trainer.max_new_tokens={trainer.max_new_tokens}: prompts plus responses reach "
+                                f"{longest} tokens, past the model's {limit} positions; lower it")
+        selector = build_selector(cfg.selector, num_prompts=len(rows), batch_size=trainer.batch_size)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=trainer.lr, weight_decay=trainer.weight_decay)
+        capacity = cfg.backend.rollout_store_groups
+        if capacity < 0:
+            capacity = int(getattr(selector.config, "buffer_size", 0) or 0)
+        store = RolloutStore(capacity)
+        stream = DataStream(len(rows), cfg.seed)
+        features = Features(model, prompts, self.flop_model, tokenizer.pad_token_id, trainer.temperature,
+                            self.run_dir, self._load_initial, cfg.backend.gen_chunk_size)
+        begun_epoch = -1
+        self.ledger, self.rollouts = Ledger(self.run_dir), RolloutLog(self.run_dir)
+        if resume:
+            state = load_checkpoint(self.run_dir, self.updates, self.optimizer, selector, store)
+            stream.load_state_dict(state["stream"])
+            begun_epoch = int(state["begun_epoch"])
+            features.embeddings_charged = bool(state.get("embeddings_charged", False))
+            log.info("resuming %s from checkpoint step_%06d", self.run_dir, self.updates)
+        self.ledger.truncate_after(self.updates - 1)
+        self.rollouts.truncate_after(self.updates - 1)
+        self.heldout = _read_heldout(self.run_dir, self.updates)
+        ref_model = None
+        if trainer.kl_coef > 0:
+            ref_model = self._load_initial()
+        self.selector, self.store, self.stream, self.features = selector, store, stream, features
+        self.runner = StepRunner(cfg=cfg, selector=selector, stream=stream, model=model, tokenizer=tokenizer,
+                                 optimizer=self.optimizer, ref_model=ref_model, grader=self.grader,
+                                 flop_model=self.flop_model, features=features, store=store, prompts=prompts,
+                                 answers=[r["answer"] for r in rows], device=device, begun_epoch=begun_epoch)
+
+    def _load_initial(self):
+        from lze_bench.backends.local.model import load_policy
+
+        model, _ = load_policy(self.initial, self.device, self.cfg.model.dtype)
+        return model.eval()
+
+    def evaluate(self, updates: int):
+        from lze_bench.backends.local.heldout import evaluate
+
+        result = evaluate(self.model, self.tokenizer, self.test_rows, self.grader, self.flop_model,
+                          max_new_tokens=self.cfg.trainer.max_new_tokens, chunk_size=self.cfg.backend.gen_chunk_size)
+        self.heldout = [r for r in self.heldout if r["updates"] != updates] + [{
+            "updates": updates, "accuracy": result.accuracy, "by_level": {str(k): v for k, v in result.by_level.items()},
+            "problems": result.num_problems, "flops": result.flops, "time_s": round(result.time_s, 3)}]
+        _write_heldout(self.run_dir, self.heldout)
+        return result
+
+    def _due(self, every: int, updates: int) -> bool:
+        return updates >= self.cfg.trainer.steps or (every > 0 and updates % every == 0)
+
+    def checkpoint(self):
+        from lze_bench.backends.local.state import save_checkpoint
+
+        state = {"stream": self.stream.state_dict(), "begun_epoch": self.runner.begun_epoch,
+                 "embeddings_charged": self.features.embeddings_charged, "updates": self.updates}
+        save_checkpoint(self.run_dir, self.updates, self.model, self.tokenizer, self.optimizer, self.selector,
+                        self.store, state)
+
+    def run(self) -> None:
+        from lze_bench.backends.local.progress import progress_bar
+
+        self.setup()
+        trainer, backend = self.cfg.trainer, self.cfg.backend
+        if not any(r["updates"] == 0 for r in self.heldout) and self.updates == 0:
+            initial = self.evaluate(0)
+            log.info("initial held-out accuracy %.3f %s", initial.accuracy, initial.by_level)
+        done_here = 0
+        with progress_bar(f"train {self.cfg.selector.name}", trainer.steps, completed=self.updates) as advance:
+            while self.updates < trainer.steps:
+                if backend.stop_after_steps and done_here >= backend.stop_after_steps:
+                    log.info("stopping after %d steps (backend.stop_after_steps); rerun to resume", done_here)
+                    return
+                self._one_step()
+                done_here += 1
+                last = self.ledger.frame.iloc[-1]
+                acc = last["heldout_accuracy"]
+                advance(f"reward {last['reward_mean']:.2f}" + ("" if acc != acc else f"  held-out {acc:.3f}"))
+        self.finish()
+
+    def _one_step(self) -> None:
+        step = self.updates
+        row, log_rows = self.runner.run(step)
+        self.updates += 1
+        elapsed = row.pop("_elapsed_s")
+        row["heldout_accuracy"], row["flops_eval"], row["time_eval_s"] = float("nan"), 0, 0.0
+        if self._due(self.cfg.trainer.eval_every, self.updates):
+            result = self.evaluate(self.updates)
+            row["heldout_accuracy"], row["flops_eval"], row["time_eval_s"] = result.accuracy, result.flops, result.time_s
+            elapsed += result.time_s
+        row["time_step_s"] = elapsed
+        self.ledger.append(row)
+        if log_rows:  # a step whose selector rolled out nothing (all pruned) has no rows
+            self.rollouts.append(step, log_rows)
+        if self._due(self.cfg.trainer.checkpoint_every, self.updates):
+            self.checkpoint()
+
+    def finish(self) -> None:
+        self.rollouts.compact()
+        frame = self.ledger.frame
+        first = next((r["accuracy"] for r in self.heldout if r["updates"] == 0), None)
+        mark_done(self.run_dir, {
+            "steps": int(len(frame)), "cum_flops": float(frame["cum_flops"].iloc[-1]) if len(frame) else 0.0,
+            "cum_time_s": float(frame["cum_time_s"].iloc[-1]) if len(frame) else 0.0,
+            "initial_heldout_accuracy": first,
+            "final_heldout_accuracy": self.heldout[-1]["accuracy"] if self.heldout else None,
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        })
+        log.info("run finished: %s", self.run_dir)

@@ -1,0 +1,194 @@
+"""Supervised warm start of the tiny policy, cached and shared by every run of a comparison.
+
+Issue 4 "Policy": RL from random weights learns nothing in minutes, and a
+short warm start with loss on the whole sequence barely solves the easiest
+level. So the warm start is designed: loss on the solution tokens (and EOS)
+only, short worked steps (tasks/synthetic.py), a fixed number of AdamW steps
+with linear warm-up and cosine decay to 10% of the peak rate.
+
+The result is an ordinary HF directory under
+`<cache>/warmstart/<key>/` (cache: `backend.cache_dir`, else env
+LZE_BENCH_CACHE, else ~/.cache/lze-bench). `key` hashes everything that shapes
+the weights (model config, the task fields that fix the `sft` split, the
+warm-start knobs, the tokenizer, torch version, device type) and nothing that
+differs between the runs of a comparison (selector, seed, trainer knobs), so
+all selectors and seeds start from the same weights. A file lock makes
+concurrent sweep jobs build it once: the first builds into a temporary folder
+and renames it; the others wait on the lock, then load. `warmstart.json`
+records the recipe, the cost and the held-out accuracy per level.
+
+Data order and initial weights come from `backend.init_seed`, never the run's
+`seed`. Batches are consecutive slices of a permutation of the `sft` split.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from lze_bench.backends.local import tokenizer as tok_module
+from lze_bench.rundir import atomic_write_json
+
+log = logging.getLogger(__name__)
+
+WARMSTART_FORMAT = 2  # bump when the recipe changes, so old caches are not reused
+INFO_FILE = "warmstart.json"
+
+
+def cache_root(backend_cfg) -> Path:
+    root = backend_cfg.cache_dir or os.environ.get("LZE_BENCH_CACHE") or "~/.cache/lze-bench"
+    return Path(root).expanduser()
+
+
+def warmstart_key(model_cfg, task_cfg, backend_cfg, device_type: str) -> tuple[str, dict]:
+    import torch
+
+    task = {k: v for k, v in _plain(task_cfg).items() if k != "num_train"}
+    recipe = {
+        "format": WARMSTART_FORMAT,
+        "model": _plain(model_cfg),
+        "task": task,
+        "steps": backend_cfg.warmstart_steps,
+        "batch_size": backend_cfg.warmstart_batch_size,
+        "lr": backend_cfg.warmstart_lr,
+        "warmup": backend_cfg.warmstart_warmup,
+        "init_seed": backend_cfg.init_seed,
+        "tokenizer": [tok_module.CHARACTERS, tok_module.SPECIALS, tok_module.PROMPT_TEMPLATE],
+        "torch": ".".join(torch.__version__.split(".")[:2]),
+        "device": device_type,
+    }
+    blob = json.dumps(recipe, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:12], recipe
+
+
+def _plain(node) -> dict:
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(node, DictConfig):
+        return OmegaConf.to_container(node, resolve=True)
+    return asdict(node) if hasattr(node, "__dataclass_fields__") else dict(node)
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_warmstart(model_cfg, task_cfg, backend_cfg, device, grader) -> Path:
+    """The cached warm-start directory, built first if missing (blocking on the lock)."""
+    key, recipe = warmstart_key(model_cfg, task_cfg, backend_cfg, device.type)
+    root = cache_root(backend_cfg) / "warmstart"
+    target = root / key
+    if (target / INFO_FILE).exists():
+        return target
+    with _file_lock(root / f"{key}.lock"):
+        if (target / INFO_FILE).exists():  # another job built it while we waited
+            return target
+        log.info("building warm start %s (cached for every run with this recipe)", key)
+        tmp = root / f".tmp-{key}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        info = _build(model_cfg, task_cfg, backend_cfg, device, grader, tmp)
+        atomic_write_json(tmp / INFO_FILE, {"key": key, "recipe": recipe, **info})
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+    return target
+
+
+def read_info(directory: Path) -> dict:
+    return json.loads((Path(directory) / INFO_FILE).read_text())
+
+
+def _lr_at(step: int, peak: float, warmup: int, total: int) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def _batches(count: int, batch_size: int, steps: int, seed: int):
+    """Row indices of `steps` batches: a fresh permutation per pass, cut in order.
+
+    Measured (default recipe, 300 steps): length-sorted batches (less
+    padding) left the policy at 6.5% held-out accuracy, shuffled ones reached
+    37% (sorting by length puts terse answers and one-level chains together).
+    """
+    rng = np.random.default_rng([seed, 4242])
+    out = []
+    while len(out) < steps:
+        order = rng.permutation(count)
+        out.extend(order[i:i + batch_size] for i in range(0, count - batch_size + 1, batch_size))
+    return out[:steps]
+
+
+def _build(model_cfg, task_cfg, backend_cfg, device, grader, out_dir: Path) -> dict:
+    import torch
+
+    from lze_bench.backends.local.heldout import encode_prompts, evaluate
+    from lze_bench.backends.local.model import build_model, save_policy, sequence_logprobs
+    from lze_bench.backends.local.progress import progress_bar
+    from lze_bench.flops import FlopModel
+    from lze_bench.tasks.synthetic import load_split
+
+    tokenizer = tok_module.build_tokenizer()
+    model = build_model(model_cfg, tokenizer, init_seed=backend_cfg.init_seed).to(device)
+    flop_model = FlopModel.from_torch_model(model)
+    rows = load_split("sft", task_cfg)
+    prompts = encode_prompts(tokenizer, [r["problem"] for r in rows])
+    answers = [tokenizer(r["solution"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for r in rows]
+    seqs = [p + a for p, a in zip(prompts, answers)]
+    lengths = np.array([len(s) for s in seqs])
+    steps = backend_cfg.warmstart_steps
+    optimizer = torch.optim.AdamW(model.parameters(), lr=backend_cfg.warmstart_lr, betas=(0.9, 0.98), weight_decay=0.0)
+    start, tokens, flops, losses = time.perf_counter(), 0, 0, []
+    model.train()
+    with progress_bar("warm start", steps) as advance:
+        for step, batch in enumerate(_batches(len(seqs), backend_cfg.warmstart_batch_size, steps, backend_cfg.init_seed)):
+            for group in optimizer.param_groups:
+                group["lr"] = _lr_at(step, backend_cfg.warmstart_lr, backend_cfg.warmstart_warmup, steps)
+            logp, mask = sequence_logprobs(model, [seqs[i] for i in batch], [len(prompts[i]) for i in batch],
+                                           tokenizer.pad_token_id)
+            loss = -(logp * mask).sum() / mask.sum()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(float(loss.detach()))
+            tokens += int(lengths[batch].sum())
+            flops += flop_model.train(lengths[batch])
+            advance(f"loss {np.mean(losses[-20:]):.3f}")
+    train_s = time.perf_counter() - start
+    test_rows = load_split("test", task_cfg)
+    result = evaluate(model, tokenizer, test_rows, grader, flop_model, max_new_tokens=_max_response(test_rows),
+                      chunk_size=backend_cfg.gen_chunk_size)
+    save_policy(model, tokenizer, out_dir)
+    log.info("warm start: %d steps in %.0f s, held-out accuracy %.3f %s", steps, train_s, result.accuracy,
+             result.by_level)
+    return {
+        "steps": steps, "time_s": round(train_s, 2), "tokens": tokens, "flops": flops,
+        "tokens_per_s": round(tokens / max(train_s, 1e-9), 1), "final_loss": float(np.mean(losses[-20:])) if losses else None,
+        "parameters": int(sum(p.numel() for p in model.parameters())), "matmul_params": flop_model.matmul_params,
+        "heldout_accuracy": result.accuracy, "heldout_by_level": {str(k): v for k, v in result.by_level.items()},
+        "heldout_problems": result.num_problems,
+    }
+
+
+def _max_response(rows: list[dict]) -> int:
+    """Room for the longest worked solution plus slack (EOS and a few wrong digits)."""
+    return max(len(r["solution"]) for r in rows) + 8

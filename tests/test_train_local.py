@@ -1,0 +1,242 @@
+"""`lze-bench train` on the local backend, through the CLI: run directory, ledger, resume, refusals.
+
+Every run here is tiny (a 2-layer 32-wide policy, a 3-step warm start, a few
+GRPO steps on 4 prompts x 4 samples), so the suite stays fast; the full
+default run is the slow test at the bottom.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from lze_bench.cli import app
+from lze_bench.flops import FlopModel
+from lze_bench.ledger import LEDGER_COLUMNS, read_ledger, read_rollouts
+from lze_bench.rundir import is_done, list_checkpoints
+
+runner = CliRunner()
+
+TINY = [
+    "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.num_kv_heads=2",
+    "model.intermediate_size=64", "task.num_train=64", "task.num_test=24", "task.num_sft=128",
+    "backend.warmstart_steps=3", "backend.warmstart_batch_size=16", "backend.warmstart_warmup=1",
+    "backend.eval_size=12", "backend.threads=1", "trainer.batch_size=4", "trainer.n_samples=4",
+    "trainer.max_new_tokens=16", "trainer.micro_batch_size=8",
+]
+TIME_COLUMNS = [c for c in LEDGER_COLUMNS if c.startswith("time_") or c == "cum_time_s"]
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+def train(run_dir, cache_dir, *extra):
+    args = ["train", *TINY, f"backend.cache_dir={cache_dir}", f"run_dir={run_dir}", *extra]
+    return runner.invoke(app, args)
+
+
+def ok(result):
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    return result
+
+
+def one_error_line(result) -> str:
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def prompt_lengths(run_dir) -> dict[int, int]:
+    """Prompt tokens per train prompt id, from the checkpoint's own tokenizer (1 token per character)."""
+    from lze_bench.backends.local.tokenizer import format_prompt
+    from lze_bench.tasks.synthetic import SyntheticTaskConfig, load_split
+
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())["task"]
+    rows = load_split("train", SyntheticTaskConfig(**cfg))
+    return {r["id"]: len(format_prompt(r["problem"])) for r in rows}
+
+
+def test_run_writes_a_complete_run_directory_with_exact_flops(tmp_path, cache_dir):
+    run_dir = tmp_path / "run"
+    result = ok(train(run_dir, cache_dir, "trainer.steps=3", "trainer.eval_every=2", "trainer.checkpoint_every=2"))
+    assert result.output.strip().splitlines()[-1] == f"run directory: {run_dir}"
+    assert is_done(run_dir)
+    ledger = read_ledger(run_dir)
+    assert ledger["step"].tolist() == [0, 1, 2]
+    assert all(c in ledger for c in LEDGER_COLUMNS)
+    parts = ledger[["flops_rollout", "flops_logprob", "flops_train", "flops_select"]].sum(axis=1)
+    assert (ledger["flops_total"] == parts).all()
+    assert np.allclose(ledger["cum_flops"], ledger["flops_total"].cumsum())
+    assert ledger["heldout_accuracy"].notna().tolist() == [False, True, True]  # after updates 2 and 3
+    assert (ledger["samples"] == 16).all() and (ledger["groups_kept"] == 4).all()
+    # exact counts, recomputed from the rollout log and the model's own parameter count
+    from transformers import AutoModelForCausalLM
+
+    steps = [s for s, _ in list_checkpoints(run_dir)]
+    assert steps == [2, 3]
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "checkpoints" / "step_000003")
+    flop_model = FlopModel.from_torch_model(model)
+    rollouts = read_rollouts(run_dir)
+    lengths = prompt_lengths(run_dir)
+    for step, rows in rollouts.groupby("step"):
+        seq = np.concatenate([lengths[pid] + np.asarray(tokens) for pid, tokens in zip(rows["prompt_id"],
+                                                                                       rows["response_tokens"])])
+        row = ledger[ledger["step"] == step].iloc[0]
+        assert row["flops_rollout"] == flop_model.forward(seq)  # F(prompt + response) per sample
+        assert row["flops_train"] == flop_model.train(seq)  # uniform trains every group
+        assert row["trained_tokens"] == seq.sum()
+        assert row["generated_tokens"] + row["prompt_tokens"] == seq.sum()
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["version"] and "git_commit" in config and config["warmstart"]["heldout_by_level"]
+
+
+def test_checkpoint_is_a_normal_hf_directory(tmp_path, cache_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    run_dir = tmp_path / "run"
+    ok(train(run_dir, cache_dir, "trainer.steps=1"))
+    path = run_dir / "checkpoints" / "step_000001"
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    text = "Q: 12+3\nA: 15 \\boxed{15} é"
+    ids = tokenizer(text)["input_ids"]
+    assert tokenizer.decode(ids) == text.replace("é", "<unk>")  # every text tokenizes; nothing dropped
+    out = model.generate(**tokenizer(["Q: 1+2\nA: "], return_tensors="pt"), max_new_tokens=3, do_sample=False)
+    assert out.shape[0] == 1 and out.shape[1] <= len("Q: 1+2\nA: ") + 3
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": "1+2"}], tokenize=False,
+                                         add_generation_prompt=True)
+    assert chat == "Q: 1+2\nA: "
+
+
+def test_killed_run_resumes_to_the_same_ledger_as_an_unbroken_run(tmp_path, cache_dir):
+    common = ["trainer.steps=4", "trainer.checkpoint_every=2", "trainer.eval_every=2"]
+    unbroken = tmp_path / "unbroken"
+    ok(train(unbroken, cache_dir, *common))
+    broken = tmp_path / "broken"
+    ok(train(broken, cache_dir, *common, "backend.stop_after_steps=3"))  # dies after step 2, checkpoint at 2
+    assert not is_done(broken) and read_ledger(broken)["step"].tolist() == [0, 1, 2]
+    ok(train(broken, cache_dir, *common))  # the same command resumes from step_000002
+    assert is_done(broken)
+    a, b = read_ledger(unbroken), read_ledger(broken)
+    assert b["step"].tolist() == [0, 1, 2, 3]
+    columns = [c for c in LEDGER_COLUMNS if c not in TIME_COLUMNS]
+    pd.testing.assert_frame_equal(a[columns], b[columns])
+    ra, rb = read_rollouts(unbroken), read_rollouts(broken)
+    assert not rb.duplicated(["step", "prompt_id"]).any()
+    assert ra[["step", "prompt_id", "kept"]].equals(rb[["step", "prompt_id", "kept"]])
+    assert ra["rewards"].map(list).tolist() == rb["rewards"].map(list).tolist()
+
+
+def test_finished_run_is_refused_and_other_config_in_same_dir_is_refused(tmp_path, cache_dir):
+    run_dir = tmp_path / "run"
+    ok(train(run_dir, cache_dir, "trainer.steps=1"))
+    assert "finished run" in one_error_line(train(run_dir, cache_dir, "trainer.steps=1"))
+    other = tmp_path / "other"
+    ok(train(other, cache_dir, "trainer.steps=2", "backend.stop_after_steps=1"))
+    assert "different config" in one_error_line(train(other, cache_dir, "trainer.steps=2", "trainer.lr=0.5"))
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("trainer.batch_size=-1", "trainer.batch_size"),
+    ("device=tpu", "unknown device"),
+    ("backend.eval_size=0", "backend.eval_size"),
+    ("trainer.max_new_tokens=100000", "trainer.max_new_tokens"),
+])
+def test_bad_overrides_fail_with_one_line(tmp_path, cache_dir, override, needle):
+    assert needle in one_error_line(train(tmp_path / "run", cache_dir, "trainer.steps=1", override))
+
+
+def test_cuda_asked_for_without_cuda_fails_with_one_line(tmp_path, cache_dir):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA; the message is for machines without it")
+    assert "CUDA is not available" in one_error_line(train(tmp_path / "run", cache_dir, "device=cuda"))
+
+
+def test_warm_start_is_shared_by_selectors_and_seeds(tmp_path, cache_dir):
+    dirs = set()
+    for extra in (["seed=1"], ["seed=2", "selector=lze"]):
+        run_dir = tmp_path / "-".join(extra).replace("=", "_")
+        ok(train(run_dir, cache_dir, "trainer.steps=1", *extra))
+        dirs.add(yaml.safe_load((run_dir / "config.yaml").read_text())["warmstart"]["dir"])
+    assert len(dirs) == 1
+    assert len([p for p in (cache_dir / "warmstart").iterdir() if p.is_dir() and not p.name.startswith(".")]) == 1
+
+
+SELECTOR_OVERRIDES = {
+    "astral": ["selector.ref_size=4", "selector.buffer_size=8", "selector.mu=1"],
+    "dapo": ["selector.max_gen_batches=2"],
+    "hive": [],
+    "lze": [],
+    "lze_full": [],
+    "uniform": [],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SELECTOR_OVERRIDES))
+def test_every_selector_trains_and_books_its_extra_work(tmp_path, cache_dir, name):
+    from lze_bench.config import group_options
+
+    if name not in group_options("selector"):
+        pytest.skip(f"selector {name!r} is not registered in this checkout")
+    run_dir = tmp_path / name
+    ok(train(run_dir, cache_dir, f"selector={name}", "trainer.steps=3", *SELECTOR_OVERRIDES[name]))
+    ledger = read_ledger(run_dir)
+    assert ledger["step"].tolist() == [0, 1, 2]
+    assert (ledger["groups_kept"] <= ledger["prompts_rolled_out"]).all()
+    if name == "astral":
+        assert ledger["prompts_probed"].sum() > 0 and ledger["flops_select"].iloc[0] > 0  # probes + embeddings
+        assert ledger["groups_replayed"].iloc[1:].sum() > 0
+    if name == "hive":
+        assert (ledger["flops_select"] > 0).all() and (ledger["prompts_considered"] == 8).all()
+
+
+def test_dry_run_prints_config_and_run_dir_and_runs_nothing(tmp_path, cache_dir):
+    result = ok(runner.invoke(app, ["train", "--dry-run", f"run_dir={tmp_path / 'x'}"]))
+    assert "run directory:" in result.output and not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_default_run_trains_and_raises_heldout_accuracy(tmp_path):
+    """The README quickstart: `lze-bench train` with defaults (warm start cached in the user cache)."""
+    run_dir = tmp_path / "default"
+    ok(runner.invoke(app, ["train", f"run_dir={run_dir}"]))
+    held = read_ledger(run_dir)["heldout_accuracy"].dropna()
+    import json
+
+    initial = json.loads((run_dir / "DONE").read_text())["initial_heldout_accuracy"]
+    assert held.iloc[-1] > initial
+
+
+def test_outcome_script_reads_ledgers_and_finds_flops_to_target(tmp_path, cache_dir, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "selection_outcomes.py"
+    spec = importlib.util.spec_from_file_location("selection_outcomes", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    run_dir = tmp_path / "u"
+    ok(train(run_dir, cache_dir, "trainer.steps=2", "trainer.eval_every=1"))
+    run = module.load_run(run_dir)
+    ledger = read_ledger(run_dir)
+    assert run["curve"][0][0] == 0.0 and [c[0] for c in run["curve"][1:]] == ledger["cum_flops"].tolist()
+    assert module.flops_to_reach(run["curve"], run["final"]) <= ledger["cum_flops"].iloc[-1]
+    assert module.flops_to_reach(run["curve"], 2.0) != module.flops_to_reach(run["curve"], 2.0)  # never: NaN
+    assert module.main([str(run_dir)]) == 0 and "uniform" in capsys.readouterr().out
+
+
+def test_kl_reference_pass_and_ppo_epochs_are_booked(tmp_path, cache_dir):
+    run_dir = tmp_path / "kl"
+    ok(train(run_dir, cache_dir, "trainer.steps=1", "trainer.kl_coef=0.05", "trainer.ppo_epochs=2"))
+    row = read_ledger(run_dir).iloc[0]
+    # one reference forward F(L) per trained sequence; 3·F(L) per sequence per PPO epoch
+    assert row["flops_logprob"] > 0 and row["flops_train"] == 2 * 3 * row["flops_logprob"]
+    assert row["trained_tokens"] == 2 * (row["prompt_tokens"] + row["generated_tokens"])
