@@ -19,7 +19,6 @@ paths with list indexes (`reward_model.ground_truth`, `prompt.0.content`).
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 from pathlib import Path
 from typing import Any, Iterable
@@ -77,17 +76,11 @@ def read_file(path: Path, spec) -> list[dict]:
 
         records = pd.read_parquet(path).to_dict("records")
         return [to_row(r, fields, spec.gold_style, f"{path}: row {i}", i) for i, r in enumerate(records)]
+    from lze_bench.jsonl import iter_objects
+
     rows = []
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise LzeBenchError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            rows.append(to_row(record, fields, spec.gold_style, where, len(rows)))
+    for line_number, record in iter_objects(path):
+        rows.append(to_row(record, fields, spec.gold_style, f"{path}:{line_number}", len(rows)))
     return rows
 
 
@@ -147,7 +140,8 @@ def _from_hub(spec, root: str | None, split: str) -> list[dict]:
     rows: list[dict] = []
     for config in spec.hub_configs:
         try:
-            table = datasets.load_dataset(spec.hub_id, config, split=spec.hub_split)
+            # the spec's hub split stands for its default split; other splits keep their name
+            table = datasets.load_dataset(spec.hub_id, config, split=spec.hub_split if split == spec.split else split)
         except Exception as exc:  # offline, unknown id, gated: one line with the fix
             first = (str(exc).splitlines() or [type(exc).__name__])[0]
             raise LzeBenchError(

@@ -115,7 +115,7 @@ def _braced_after(text: str, index: int) -> str | None:
 
 # --- gold answers --------------------------------------------------------------
 
-GOLD_STYLES = ("auto", "gsm8k", "integer", "latex")
+GOLD_STYLES = ("auto", "gsm8k", "integer", "latex", "boxed")
 
 
 def normalize_gold(value, style: str = "auto") -> str:
@@ -123,6 +123,7 @@ def normalize_gold(value, style: str = "auto") -> str:
 
     gsm8k: the text after the last `####`, thousands commas removed (`#### 10,000` -> `10000`);
     integer (AIME, AMC): `"025"` -> `25`, `27.0` -> `27`; latex (MATH): stripped, outer `$` removed;
+    boxed (a worked solution, MATH train): the last `\\boxed{}` of the text, via `extract_answer`;
     auto: a whole float -> integer, a string with `####` -> gsm8k, else latex.
     Raises ValueError (data.py adds file, line and field) when the value does not fit its style.
     """
@@ -140,6 +141,10 @@ def normalize_gold(value, style: str = "auto") -> str:
         if "####" not in text:
             raise ValueError("no '#### <answer>' line in a GSM8K answer")
         text = text.rsplit("####", 1)[1].strip().replace(",", "")
+    elif style == "boxed":
+        text = extract_answer(str(value)) or ""
+        if not text:
+            raise ValueError("no \\boxed{} answer in the solution")
     elif style == "integer":
         try:
             number = float(str(value).strip().replace(",", ""))

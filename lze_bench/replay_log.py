@@ -16,7 +16,6 @@ all; booleans count as 0/1 rewards; `(step, prompt_id)` must be unique.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,19 +79,12 @@ def read_log(path: str | Path) -> RolloutLogData:
 
 
 def _read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
+    from lze_bench.jsonl import iter_objects
+
     records, names = [], []
-    with open(path, encoding="utf-8") as handle:
-        for number, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            try:
-                row = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise LzeBenchError(f"{path}: line {number}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(row, dict):
-                raise LzeBenchError(f"{path}: line {number}: expected a JSON object with step, prompt_id, rewards")
-            records.append(row)
-            names.append(f"line {number}")
+    for number, row in iter_objects(path, "a JSON object with step, prompt_id, rewards"):
+        records.append(row)
+        names.append(f"line {number}")
     return records, names
 
 

@@ -48,12 +48,17 @@ class SweepSpec:
     overrides: `train` overrides every job gets (e.g. `trainer.steps=40`,
     `launcher=slurm`); command-line overrides come after them and win, and a
     command-line `key=v` (or `key=a,b`) replaces the grid axis of that key.
+    selector_overrides: selector name -> `selector.KEY=VALUE` overrides for that
+    selector's jobs only, applied after `overrides` and before the command line.
     """
 
     name: Optional[str] = None  # default: the file name
     description: str = ""
     grid: Dict[str, Any] = field(default_factory=dict)
     overrides: List[str] = field(default_factory=list)
+    # selector name -> overrides only its jobs get (e.g. astral: [selector.ref_size=8]); they keep
+    # jobs paired, since pairing ignores the selector's own settings
+    selector_overrides: Dict[str, List[str]] = field(default_factory=dict)
 
     def __post_init__(self):
         for key, values in self.grid.items():
@@ -61,6 +66,10 @@ class SweepSpec:
                     f"sweep.grid.{key}", "must be a non-empty list of values")
         for item in self.overrides:
             require("=" in str(item), "sweep.overrides", f"{item!r} is not a key=value override")
+        for selector, items in self.selector_overrides.items():
+            for item in items:
+                require(str(item).startswith("selector.") and "=" in str(item), f"sweep.selector_overrides.{selector}",
+                        f"{item!r} is not a selector.KEY=VALUE override")
 
 
 @dataclass

@@ -117,12 +117,16 @@ def plan_jobs(spec, train_args: list[str], sweep_dir: Path, name: str) -> SweepP
     from lze_bench.config import compose, config_dict
 
     fixed, axes = grid_axes(dict(spec.grid), list(spec.overrides), train_args)
+    recipe_fixed, cli_fixed = fixed[: len(spec.overrides)], fixed[len(spec.overrides):]
+    by_selector = {str(k): [str(o) for o in v] for k, v in dict(spec.selector_overrides or {}).items()}
     keys = list(axes)
     jobs: list[PlannedJob] = []
     launcher = None
     for values in itertools.product(*(axes[k] for k in keys)):
         point = dict(zip(keys, values))
-        overrides = [*fixed, *(f"{k}={v}" for k, v in point.items())]
+        selector = point.get("selector") or _fixed_value(fixed, "selector")
+        extra = by_selector.get(str(selector), [])
+        overrides = [*recipe_fixed, *extra, *cli_fixed, *(f"{k}={v}" for k, v in point.items())]
         jname = job_name(point)
         cfg = config_dict(compose("train", overrides))
         if launcher is None:
@@ -147,6 +151,16 @@ def plan_jobs(spec, train_args: list[str], sweep_dir: Path, name: str) -> SweepP
         plan.pairs.setdefault(job.pair_key, []).append(job.name)
     _warn_unpaired(plan)
     return plan
+
+
+def _fixed_value(fixed: list[str], key: str) -> str | None:
+    """The value a fixed `key=value` override sets (the last one wins), else None."""
+    value = None
+    for item in fixed:
+        name, sep, rest = item.partition("=")
+        if sep and name.lstrip("+~") == key:
+            value = rest
+    return value
 
 
 def _check_unique(jobs: list[PlannedJob]) -> None:

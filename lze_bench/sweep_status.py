@@ -154,8 +154,14 @@ def print_plan(plan, sweep_dir: Path) -> None:
         now = "done (skip)" if (job.run_dir / "DONE").exists() else old.get(job.name, {}).get("status", "new")
         table.add_row(job.name, axes, str(job.run_dir.relative_to(plan.sweep_dir)), job.config_hash, f"P{pair_index[job.pair_key]}", now)
     console.print(table)
-    fixed = sorted({o for job in plan.jobs for o in job.overrides} - {f"{k}={v}" for j in plan.jobs for k, v in j.axes.items()})
-    console.print(f"every job: {' '.join(fixed) or '(defaults)'}", highlight=False)
+    grid_values = {f"{k}={v}" for j in plan.jobs for k, v in j.axes.items()}
+    common = set.intersection(*(set(job.overrides) for job in plan.jobs)) - grid_values if plan.jobs else set()
+    console.print(f"every job: {' '.join(sorted(common)) or '(defaults)'}", highlight=False)
+    for selector in sorted({job.selector for job in plan.jobs}):
+        extra = sorted({o for job in plan.jobs if job.selector == selector for o in job.overrides}
+                       - common - grid_values)
+        if extra:
+            console.print(f"{selector} jobs also: {' '.join(extra)}", highlight=False)
     for key, names in plan.pairs.items():
         console.print(f"P{pair_index[key]} (paired: same data order and warm start): {', '.join(names)}", highlight=False)
     launcher = plan.launcher

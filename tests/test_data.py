@@ -104,6 +104,9 @@ def test_parquet_with_dotted_fields(tmp_path):
 
 def test_missing_local_file_falls_back_to_hub_with_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.delenv("LZE_BENCH_DATA", raising=False)
+    # offline: CI has no route to the hub, and a blocked connection only fails after its timeouts
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     with pytest.raises(LzeBenchError) as info:
         load_benchmark("math500", root=str(tmp_path))  # empty root: not there, so the hub is tried
     message = str(info.value)

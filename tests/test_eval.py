@@ -95,9 +95,9 @@ def _make_run(tmp_path: Path, checkpoint: Path) -> Path:
         mark_checkpoint_complete(target)
     shutil.copytree(checkpoint, checkpoint_dir(run, 4))  # no COMPLETE marker: must be skipped
     ledger = Ledger(run)
-    for step in (1, 2):
+    for step in (0, 1):  # ledger rows count from 0; checkpoint step_2 holds the policy after rows 0 and 1
         row = {column: 0 for column in LEDGER_COLUMNS if column not in ("cum_flops", "flops_total", "cum_time_s")}
-        ledger.append({**row, "step": step, "flops_rollout": 1000 * step, "time_step_s": 1.0,
+        ledger.append({**row, "step": step, "flops_rollout": 1000 * (step + 1), "time_step_s": 1.0,
                        "partial": False, "heldout_accuracy": float("nan")})
     return run
 
@@ -116,7 +116,7 @@ def test_eval_run_appends_ledger_rows_and_resumes(tiny_checkpoint, tmp_path):
     assert {"accuracy", "ci_low", "pass_at_k", "maj_at_k", "k"} <= set(evals.columns)
     assert set(evals["k"]) == {2}
     flops = dict(zip(evals["step"], evals["cum_flops"]))
-    assert flops[0] == 0.0 and flops[2] == 3000.0  # 1000 + 2000 from the ledger
+    assert flops[0] == 0.0 and flops[2] == 3000.0  # rows 0 and 1: 1000 + 2000
     jsonl = run / "evals" / "step_000002" / "aime25.jsonl"
     assert jsonl.exists()
     stamp = jsonl.stat().st_mtime_ns

@@ -116,11 +116,12 @@ def test_prompts_file_round_trip(tmp_path):
 
 
 def test_task_without_local_copy_says_what_to_do(tmp_path):
-    # dataset="" means no hub fallback (the hub is unreachable here): the error names data.root
-    cfg = TASKS["math"].Config(dataset="")
-    with pytest.raises(LzeBenchError, match=r"task math: no local copy at .*/math/train.jsonl\|.parquet; set data.root"):
-        TASKS["math"].load(cfg, str(tmp_path))
+    # dapo_math_17k has no hub copy: without a local file the error names data.root
+    cfg = TASKS["dapo_math_17k"].Config()
+    with pytest.raises(LzeBenchError, match=r"dapo_math_17k.*set data.root"):
+        TASKS["dapo_math_17k"].load(cfg, str(tmp_path))
     (tmp_path / "math").mkdir()
     (tmp_path / "math" / "train.jsonl").write_text(
         json.dumps({"problem": "Compute $1+1$.", "solution": "Clearly $1+1=\\boxed{2}$."}) + "\n")
-    assert TASKS["math"].load(cfg, str(tmp_path)) == [{"id": 0, "problem": "Compute $1+1$.", "answer": "2"}]
+    assert TASKS["math"].load(TASKS["math"].Config(), str(tmp_path)) == [
+        {"id": 0, "problem": "Compute $1+1$.", "answer": "2"}]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -70,6 +69,19 @@ def test_plan_pairs_selectors_of_a_seed(tmp_path):
     groups = sorted(sorted(names) for names in plan.pairs.values())
     assert groups == sorted(sorted(f"{s}-s{seed}" for s in selectors) for seed in (0, 1))
     assert plan.launcher["name"] == "local" and all(job.steps == 2 for job in plan.jobs)
+
+
+def test_selector_overrides_reach_only_that_selector_and_keep_pairs(tmp_path):
+    spec = SweepSpec(grid={"selector": ["uniform", "astral"], "seed": [0]}, overrides=["trainer.steps=2"],
+                     selector_overrides={"astral": ["selector.ref_size=8"]})
+    plan = plan_jobs(spec, [], tmp_path, name="t")
+    by_name = {job.name: job for job in plan.jobs}
+    assert "selector.ref_size=8" in by_name["astral-s0"].overrides
+    assert not any(o.startswith("selector.ref_size") for o in by_name["uniform-s0"].overrides)
+    assert compose("train", by_name["astral-s0"].overrides).selector.ref_size == 8
+    assert list(plan.pairs.values()) == [["uniform-s0", "astral-s0"]]
+    with pytest.raises(LzeBenchError, match="selector_overrides.astral"):
+        SweepSpec(selector_overrides={"astral": ["trainer.steps=3"]})
 
 
 def test_plan_errors_before_anything_runs(tmp_path):

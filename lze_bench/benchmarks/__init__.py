@@ -9,7 +9,6 @@ PATH` writes the same figures. Time goals live here, never in unit tests.
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import platform
 from dataclasses import dataclass, field

@@ -145,7 +145,6 @@ def compose(name: str, overrides: list[str] | tuple[str, ...] = ()):
     from hydra import compose as hydra_compose
     from hydra import initialize
     from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
 
     register_all()
     if name not in CONFIGS:

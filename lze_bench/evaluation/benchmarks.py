@@ -81,3 +81,17 @@ register(BenchmarkSpec(
     name="synthetic", split="test", gold_style="auto", prompt_template="{problem}",
     loader="lze_bench.tasks.synthetic:load_split",
 ))
+
+# Training sets of the scale path (lze_bench.tasks.datasets), loaded by the same code.
+# MATH train (Hendrycks et al., 7,500 rows; the LZE launcher's set): the PRM800K copy is only
+# a Git LFS pointer (shared/data/README.md), so the hub copy DigitalLearningGmbH/MATH-lighteval;
+# its gold is the last \\boxed{} of `solution`.
+register(BenchmarkSpec(
+    name="math", split="train", problem_field="problem", answer_field="solution", gold_style="boxed",
+    hub_id="DigitalLearningGmbH/MATH-lighteval", hub_split="train", expected_rows=7500,
+))
+# DAPO-Math-17k, deduplicated local copy (shared/data); the hub original repeats each prompt, so no hub id.
+register(BenchmarkSpec(
+    name="dapo_math_17k", split="train", problem_field="prompt.0.content",
+    answer_field="reward_model.ground_truth", gold_style="integer", expected_rows=17917,
+))

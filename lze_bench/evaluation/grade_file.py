@@ -21,25 +21,18 @@ from lze_bench.errors import LzeBenchError
 def read_predictions(path: Path) -> list[dict]:
     if not Path(path).is_file():
         raise LzeBenchError(f"predictions file {str(path)!r} does not exist")
+    from lze_bench.jsonl import iter_objects
+
     rows = []
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise LzeBenchError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(row, dict):
-                raise LzeBenchError(f"{where}: expected a JSON object with fields response and gold")
-            for key in ("response", "gold"):
-                if key not in row or row[key] is None:
-                    raise LzeBenchError(f"{where}: field {key!r} is missing (rows need response and gold)")
-            if not isinstance(row["response"], str):
-                raise LzeBenchError(f"{where}: field 'response' must be a string")
-            _check_gold(row["gold"], where)
-            rows.append(row)
+    for line_number, row in iter_objects(path, "a JSON object with fields response and gold"):
+        where = f"{path}:{line_number}"
+        for key in ("response", "gold"):
+            if key not in row or row[key] is None:
+                raise LzeBenchError(f"{where}: field {key!r} is missing (rows need response and gold)")
+        if not isinstance(row["response"], str):
+            raise LzeBenchError(f"{where}: field 'response' must be a string")
+        _check_gold(row["gold"], where)
+        rows.append(row)
     return rows
 
 

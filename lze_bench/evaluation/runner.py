@@ -234,13 +234,18 @@ def append_to_run(run: Path, target: Target, entries: list[dict]) -> None:
 
 
 def _cum_flops_at(run: Path, step: int | None) -> float:
-    """The run's cumulative FLOPs after `step` (0 before the first step; NaN without a ledger)."""
+    """The run's cumulative FLOPs when checkpoint `step_K` was saved (K = `step` updates done).
+
+    Ledger steps count from 0 and checkpoint step_K holds the policy after K
+    updates, i.e. after ledger row K-1; K = 0 (the initial policy) costs 0.
+    NaN without a ledger.
+    """
     from lze_bench.ledger import LEDGER_FILE, read_ledger
 
     if step is None or not (run / LEDGER_FILE).exists():
         return float("nan")
     ledger = read_ledger(run)
-    done = ledger[ledger["step"] <= step]
+    done = ledger[ledger["step"] < step]
     return float(done["cum_flops"].iloc[-1]) if len(done) else 0.0
 
 

@@ -37,7 +37,7 @@ import numpy as np
 from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import SELECTORS
-from lze_bench.selectors.base import Selector, UpdateDecision, group_stats, top_k_mask
+from lze_bench.selectors.base import Selector, UpdateDecision, group_stats, gumbel_where, top_k_mask
 from lze_bench.selectors.lze_state import LzeState
 
 SOLVED = 1.0 - 1e-8  # prune_replay.py: a group counts as all-correct at p >= 1 - 1e-8
@@ -188,7 +188,8 @@ class LzeSelector(Selector):
             return UpdateDecision(keep=np.zeros(groups, dtype=bool))
         # energies are >= 0, so the max over E > 0 is the max over all
         spread = max(float(energy.max()) - float(np.where(positive, energy, np.inf).min()), 0.01)
-        key = rng.gumbel(0.0, max(cfg.exploration_noise * spread, 1e-8), size=groups)
+        # the spec's one rng.gumbel(0, scale, G) vector, computed only where E > 0
+        key = gumbel_where(rng, max(cfg.exploration_noise * spread, 1e-8), groups, positive)
         key += energy
         np.copyto(key, -np.inf, where=~positive)
         return UpdateDecision(keep=alive & top_k_mask(key, min(k, n_positive)))
