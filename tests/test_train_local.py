@@ -68,7 +68,7 @@ def test_run_writes_a_complete_run_directory_with_exact_flops(tmp_path, cache_di
     assert result.output.strip().splitlines()[-1] == f"run directory: {run_dir}"
     assert is_done(run_dir)
     ledger = read_ledger(run_dir)
-    assert ledger["step"].tolist() == [0, 1, 2]
+    assert ledger["step"].tolist() == [0, 1, 2, 3]
     assert all(c in ledger for c in LEDGER_COLUMNS)
     parts = ledger[["flops_rollout", "flops_logprob", "flops_train", "flops_select"]].sum(axis=1)
     assert (ledger["flops_total"] == parts).all()
@@ -171,7 +171,7 @@ def test_warm_start_is_shared_by_selectors_and_seeds(tmp_path, cache_dir):
 
 
 SELECTOR_OVERRIDES = {
-    "astral": ["selector.ref_size=4", "selector.buffer_size=8", "selector.mu=1"],
+    "astral": ["selector.ref_size=4", "selector.buffer_size=4"],  # small buffer, mu=2: the store must hold every key
     "dapo": ["selector.max_gen_batches=2"],
     "hive": [],
     "lze": [],
@@ -187,9 +187,9 @@ def test_every_selector_trains_and_books_its_extra_work(tmp_path, cache_dir, nam
     if name not in group_options("selector"):
         pytest.skip(f"selector {name!r} is not registered in this checkout")
     run_dir = tmp_path / name
-    ok(train(run_dir, cache_dir, f"selector={name}", "trainer.steps=3", *SELECTOR_OVERRIDES[name]))
+    ok(train(run_dir, cache_dir, f"selector={name}", "trainer.steps=4", *SELECTOR_OVERRIDES[name]))
     ledger = read_ledger(run_dir)
-    assert ledger["step"].tolist() == [0, 1, 2]
+    assert ledger["step"].tolist() == [0, 1, 2, 3]
     assert (ledger["groups_kept"] <= ledger["prompts_rolled_out"]).all()
     if name == "astral":
         assert ledger["prompts_probed"].sum() > 0 and ledger["flops_select"].iloc[0] > 0  # probes + embeddings

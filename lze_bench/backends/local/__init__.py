@@ -45,7 +45,7 @@ class LocalBackendConfig:
     eval_size: int = 300  # held-out problems evaluated (greedy) every trainer.eval_every steps
     gen_chunk_size: int = 256  # sequences per generation batch
     max_gen_rounds: int = 10  # backend cap on generation rounds per step (DAPO's "sample until full")
-    rollout_store_groups: int = -1  # groups kept for replay (ASTRAL); -1: the selector's buffer_size, else 0
+    rollout_store_groups: int = -1  # groups kept for replay (ASTRAL); -1: selector buffer_size + batch, else 0
     grade_workers: int = 1  # grading processes (lze_bench.grading.Grader)
     stop_after_steps: int = 0  # end this invocation after K more steps (time-sliced jobs, tests); 0 = off
 

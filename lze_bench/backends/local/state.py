@@ -79,9 +79,10 @@ class DataStream:
 class RolloutStore:
     """Generated groups kept for replay (ASTRAL), newest entry per prompt, at most `capacity` prompts.
 
-    ASTRAL's buffer keeps each prompt's newest group and at most buffer_size
-    groups, so a store of the newest `buffer_size` prompts holds every key it
-    can ask for.
+    ASTRAL's buffer keeps each prompt's newest group: at most
+    `buffer_size - floor(sigma*B)` older groups plus one step's fresh groups
+    (<= B), so a store of the newest `buffer_size + B` prompts holds every key
+    it can ask for (the trainer's default capacity).
     """
 
     def __init__(self, capacity: int):
