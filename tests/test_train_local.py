@@ -68,7 +68,7 @@ def test_run_writes_a_complete_run_directory_with_exact_flops(tmp_path, cache_di
     assert result.output.strip().splitlines()[-1] == f"run directory: {run_dir}"
     assert is_done(run_dir)
     ledger = read_ledger(run_dir)
-    assert ledger["step"].tolist() == [0, 1, 2, 3]
+    assert ledger["step"].tolist() == [0, 1, 2]
     assert all(c in ledger for c in LEDGER_COLUMNS)
     parts = ledger[["flops_rollout", "flops_logprob", "flops_train", "flops_select"]].sum(axis=1)
     assert (ledger["flops_total"] == parts).all()

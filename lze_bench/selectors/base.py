@@ -19,6 +19,8 @@ from typing import Callable, ClassVar
 import numpy as np
 
 from lze_bench.errors import LzeBenchError
+from lze_bench.selectors.stats import binary_ones, group_stats, reward_stats  # noqa: F401  (re-exported)
+from lze_bench.selectors.topk import gumbel_top_k, gumbel_where, top_k_mask  # noqa: F401  (re-exported)
 
 # rng call tags (selectors.md §0): rng = default_rng([seed, step, TAG(, round)])
 TAG_SELECT_ROLLOUT = 0
@@ -58,79 +60,6 @@ def top_k(key: np.ndarray, k: int) -> np.ndarray:
     k = min(max(0, int(k)), key.size)
     chosen = np.flatnonzero(top_k_mask(key, k))  # O(m) partition, then sort only the k chosen
     return chosen[np.lexsort((chosen, -key[chosen]))]
-
-
-def top_k_mask(key: np.ndarray, k: int) -> np.ndarray:
-    """bool[m]: the same k entries `top_k` picks (ties by ascending position), in O(m).
-
-    Finds the k-th largest value with a partition, takes every key above it,
-    then the first positions among the keys equal to it. NaN keys are an error.
-    """
-    key = np.asarray(key).reshape(-1)
-    m = key.size
-    k = min(max(0, int(k)), m)
-    mask = np.zeros(m, dtype=bool)
-    if k == 0:
-        return mask
-    if k == m:
-        mask[:] = True
-        return mask
-    if np.isnan(key).any():
-        raise ValueError("top_k: keys contain NaN")
-    kth = np.partition(key, m - k)[m - k]
-    np.greater(key, kth, out=mask)
-    need = k - int(np.count_nonzero(mask))
-    mask[np.flatnonzero(key == kth)[:need]] = True
-    return mask
-
-
-def gumbel_where(rng: np.random.Generator, scale: float, size: int, where: np.ndarray) -> np.ndarray:
-    """`rng.gumbel(0, scale, size)` evaluated only where `where` is True (0 elsewhere).
-
-    Consumes exactly the same stream as `rng.gumbel(0.0, scale, size)` and gives
-    bit-identical values at the selected positions: NumPy draws a gumbel as
-    `loc - scale * log(-log(1 - U))` from one `next_double` U per value, which
-    is what `rng.random(size)` returns. Selectors only need the noise of groups
-    that can be chosen, and the two logs are most of the cost at 10^6 groups.
-    """
-    uniform = rng.random(size)
-    chosen = uniform[where]
-    np.subtract(1.0, chosen, out=chosen)
-    np.log(chosen, out=chosen)
-    np.negative(chosen, out=chosen)
-    np.log(chosen, out=chosen)
-    chosen *= -float(scale)
-    noise = np.zeros(size, dtype=np.float64)
-    noise[where] = chosen
-    return noise
-
-
-def group_stats(rewards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(pass rate float64[G], varied bool[G]) of rewards float32[G, n], fast at 10^6 groups.
-
-    `varied` = some reward of the group differs from its first (max > min):
-    the group has a non-zero GRPO advantage. NumPy reductions along a short
-    last axis are slow (tens of ms at 10^6 x 8), so the sum goes through
-    einsum's single-threaded loop (no BLAS, so no thread-count dependence) and
-    the comparison mask is read 8 bytes at a time.
-    """
-    rewards = np.asarray(rewards, dtype=np.float32)
-    groups, n = rewards.shape
-    if n == 0:
-        raise LzeBenchError("rewards have zero responses per group; every group needs n >= 1")
-    sums = np.einsum("ij->i", rewards)  # float32: exact for 0/1 rewards up to 2^24 responses
-    pass_rate = sums.astype(np.float64) / n
-    differs = rewards != rewards[:, :1]  # bool[G, n]
-    width = -(-n // 8) * 8
-    if width != n:
-        padded = np.zeros((groups, width), dtype=bool)
-        padded[:, :n] = differs
-        differs = padded
-    words = differs.view(np.uint64)  # uint64[G, width / 8]
-    varied = words[:, 0] != 0
-    for column in range(1, words.shape[1]):
-        varied |= words[:, column] != 0
-    return pass_rate, varied
 
 
 def _has_duplicates(ids: np.ndarray) -> bool:

@@ -1,0 +1,180 @@
+"""Top-k and Gumbel-top-k kernels shared by selectors (selectors.md §0 "Ranking and ties").
+
+Exact and fast at 10^6 keys: `top_k_mask` is O(m) (one partition), the
+Gumbel helpers draw exactly the stream of one `rng.gumbel(0, scale, m)` and
+compute noise only where it can matter. Every function returns what the
+straightforward formula returns (tests/test_selector_kernels.py checks it on
+random inputs with ties); the docstrings say why each shortcut is exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+APPROX_MIN = 4096  # gumbel_top_k: below this many keys the float64 path is cheap enough
+SMALL_U = 2.0**-8  # u below this: 1 - u rounded to float32 loses the digits log needs; computed in float64
+
+
+def top_k_mask(key: np.ndarray, k: int) -> np.ndarray:
+    """bool[m]: the same k entries `top_k` picks (ties by ascending position), in O(m).
+
+    Finds the k-th largest value with a partition, takes every key above it,
+    then the first positions among the keys equal to it. NaN keys are an error
+    (found by `max`, which propagates NaN: one reduction, no temporary mask).
+    """
+    key = np.asarray(key).reshape(-1)
+    m = key.size
+    k = min(max(0, int(k)), m)
+    mask = np.zeros(m, dtype=bool)
+    if k == 0:
+        return mask
+    if k == m:
+        mask[:] = True
+        return mask
+    if np.isnan(key.max()):
+        raise ValueError("top_k: keys contain NaN")
+    kth = np.partition(key, m - k)[m - k]
+    np.greater(key, kth, out=mask)
+    need = k - int(np.count_nonzero(mask))  # >= 1: fewer than k keys exceed the k-th largest
+    mask[np.flatnonzero(key == kth)[:need]] = True
+    return mask
+
+
+def _gumbel_uniforms(rng: np.random.Generator, size: int) -> np.ndarray | None:
+    """The `size` doubles `rng.gumbel(size=size)` would consume, or None with the rng left untouched.
+
+    NumPy draws a gumbel as `loc - scale * log(-log(1 - U))` from one
+    `next_double` U, which is what `rng.random` returns, but rejects U == 0
+    (then `1 - U == 1`) and draws again. That happens with probability 2^-53
+    per value; when it does, the state is restored and the caller uses
+    `rng.gumbel` itself, so the stream stays exactly NumPy's.
+    """
+    state = rng.bit_generator.state
+    uniform = rng.random(size)
+    if size and uniform.min() == 0.0:
+        rng.bit_generator.state = state
+        return None
+    return uniform
+
+
+def _neg_log_log(values: np.ndarray, scale: float) -> np.ndarray:
+    """In place: `-scale * log(-log(1 - U))`, NumPy's gumbel formula with loc=0, op for op."""
+    np.subtract(1.0, values, out=values)
+    np.log(values, out=values)
+    np.negative(values, out=values)
+    np.log(values, out=values)
+    values *= -float(scale)
+    return values
+
+
+def gumbel_where(rng: np.random.Generator, scale: float, size: int, where: np.ndarray) -> np.ndarray:
+    """`rng.gumbel(0, scale, size)` evaluated only where `where` is True (0 elsewhere).
+
+    Consumes exactly the same stream as `rng.gumbel(0.0, scale, size)` and gives
+    the same values at the selected positions (see `_gumbel_uniforms`; a zero
+    value may come out as -0.0 where NumPy writes 0.0 - 0.0 = +0.0). Selectors
+    only need the noise of groups that can be chosen, and the two logs are most
+    of the cost at 10^6 groups. Positions go through `flatnonzero` + `take`:
+    boolean-mask gathers and scatters are 3x slower on random masks.
+    """
+    where = np.asarray(where, dtype=bool).reshape(-1)
+    uniform = _gumbel_uniforms(rng, size)
+    if uniform is None:
+        return np.where(where, rng.gumbel(0.0, scale, size), 0.0)
+    idx = np.flatnonzero(where)
+    noise = np.zeros(size, dtype=np.float64)
+    noise[idx] = _neg_log_log(uniform.take(idx), scale)
+    return noise
+
+
+def gumbel_top_k(rng: np.random.Generator, scale: float, size: int, idx: np.ndarray, base: np.ndarray, k: int,
+                 base_absmax: float | None = None) -> np.ndarray:
+    """bool[len(idx)]: which of `idx` are in `top_k_mask(key, k)`, key = base + rng.gumbel(0, scale, size) there.
+
+    `idx` are increasing positions in [0, size) and `base` their float64
+    values (key = -inf at every other position); `k <= idx.size`, so no
+    -inf key is ever chosen and only the noise at `idx` matters. Same rng
+    stream as one `rng.gumbel(0, scale, size)` (spec §0) and the same float64
+    keys decide, so the same choice as the straightforward formula, ties by
+    position included. `base_absmax` (optional) is max |base| if known.
+
+    Speed (our choice, exact): the float64 log-log and partition of every key
+    are most of the cost at 10^6 groups, yet only keys near the k-th largest
+    matter. So keys are first computed in float32 (`_approx_keys`), whose
+    error is provably below `delta`; a key more than 2 delta above the k-th
+    largest float32 key is surely chosen, one more than 2 delta below surely
+    not, and only the few in between get their float64 key and an exact top-k.
+    """
+    k = min(max(0, int(k)), idx.size)
+    uniform = _gumbel_uniforms(rng, size)
+    if uniform is None:
+        noise = rng.gumbel(0.0, scale, size).take(idx)
+        noise += base
+        return top_k_mask(noise, k)
+    u = uniform.take(idx)
+    if 0 < k < idx.size and idx.size >= APPROX_MIN:
+        chosen = _filtered_top_k(u, float(scale), base, k, base_absmax)
+        if chosen is not None:
+            return chosen
+    return top_k_mask(_neg_log_log(u, scale) + base, k)
+
+
+
+def _approx_keys(u: np.ndarray, scale: float, base: np.ndarray) -> np.ndarray:
+    """float32 `base - scale * log(-log(1 - u))`, with |error| <= `_approx_delta` wherever u >= SMALL_U.
+
+    Error budget, assuming only that float32 log is within 8 ulp (2^-20
+    relative; NumPy's SIMD log is within 4): 1 - u rounded to float32 moves
+    log(1 - u) by <= 2^-24, relative <= 2^-16 of -log(1 - u) >= u >= 2^-8;
+    with the log's own error the inner log is off by a relative
+    rho <= 2^-16 + 2^-20, so the outer log (|log| <= 5.55 for inputs in
+    [2^-8, 37]) is off by <= 1.01 rho + 5.6 * 2^-20 = 2.2e-5 absolute, times
+    scale; rounding the float32 scale, product and sum adds <= 2^-21 * 5.6
+    scale + 2^-24 |base|; float64's own rounding is below 1e-15 (|key| + 1).
+    In all <= 2.5e-5 scale + 2^-24 |base|: `_approx_delta` is 5x and 16x that.
+    """
+    key = np.empty(u.size, dtype=np.float32)
+    np.subtract(1.0, u, out=key, casting="same_kind")  # float64 1 - u (exact), rounded once
+    with np.errstate(divide="ignore"):  # 1 - u == 1 in float32 (u < 2^-25): those keys are replaced
+        np.log(key, out=key)
+        np.negative(key, out=key)
+        np.log(key, out=key)
+    key *= np.float32(-scale)
+    np.add(key, base, out=key, casting="same_kind")
+    return key
+
+
+def _approx_delta(scale: float, base_absmax: float) -> float:
+    """A bound on |float32 key - float64 key| for `_approx_keys` (see there), with margins 5x and 16x."""
+    return 2.0**-13 * scale + 2.0**-20 * (base_absmax + 6.0 * scale)
+
+
+def _filtered_top_k(u: np.ndarray, scale: float, base: np.ndarray, k: int,
+                    base_absmax: float | None) -> np.ndarray | None:
+    """The exact top-k mask of `base + gumbel(u)`, via the float32 filter; None to fall back."""
+    if base_absmax is None:
+        base_absmax = max(abs(float(base.max())), abs(float(base.min())))  # NaN propagates
+    if not (np.isfinite(scale) and np.isfinite(base_absmax) and scale > 0):
+        return None  # NaN / inf keys: the float64 path raises or ranks them as before
+    key = _approx_keys(u, scale, base)
+    small = np.flatnonzero(u < SMALL_U)
+    if small.size:  # exact float64 keys, rounded to float32: error <= 2^-24 |key| < delta
+        key[small] = _neg_log_log(u.take(small), scale) + base.take(small)
+    delta = _approx_delta(scale, base_absmax)
+    m = key.size
+    kth = float(np.partition(key, m - k)[m - k])  # within delta of the exact k-th largest key
+    above = np.float32(kth + 2.0 * delta)
+    below = np.float32(kth - 2.0 * delta)
+    above = above if float(above) >= kth + 2.0 * delta else np.nextafter(above, np.float32(np.inf))
+    below = below if float(below) <= kth - 2.0 * delta else np.nextafter(below, np.float32(-np.inf))
+    chosen = key > above  # exact key > k-th largest: surely in
+    band = np.flatnonzero(np.logical_xor(key >= below, chosen))  # the only undecided keys
+    need = k - int(np.count_nonzero(chosen))
+    if not 0 <= need <= band.size:
+        return None  # cannot happen within the error bound; the float64 path decides
+    exact = _neg_log_log(u.take(band), scale)
+    exact += base.take(band)
+    if np.any(np.abs(exact - key.take(band)) > delta):
+        return None  # the float32 log is less accurate than assumed: do not trust the filter
+    chosen[band.take(np.flatnonzero(top_k_mask(exact, need)))] = True
+    return chosen

@@ -1,0 +1,171 @@
+"""The fast selector kernels equal their straightforward formulas bit for bit (issue: LZE speed, same decisions).
+
+Covers `selectors/stats.py` (binary popcount path vs row reductions),
+`selectors/topk.py` (Gumbel top-k with the float32 pre-filter vs one
+`rng.gumbel` vector + stable top-k, including ties, tiny scales and NumPy's
+rejection of a zero uniform) and `lze_state.py` (folded energy arithmetic
+vs the spec's formula; the dense large-batch updates vs per-id updates).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lze_bench.selectors.lze import LzeConfig, LzeFullConfig
+from lze_bench.selectors.lze_state import BLOCK, LzeState, energy_and_ema
+from lze_bench.selectors.stats import binary_ones, group_stats, reward_stats
+from lze_bench.selectors.topk import APPROX_MIN, _filtered_top_k, _neg_log_log, gumbel_top_k, gumbel_where, top_k_mask
+
+PCG_MULT = (2549297995355413924 << 64) + 4865540595714422341  # PCG64's 128-bit LCG multiplier
+
+
+def einsum_stats(rewards):
+    """The general path's formulas (float32 row sums, first-column comparison)."""
+    rewards = np.asarray(rewards, dtype=np.float32)
+    return np.einsum("ij->i", rewards).astype(np.float64) / rewards.shape[1], rewards.max(axis=1) > rewards.min(axis=1)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 8, 9, 16, 24])
+@pytest.mark.parametrize("kind", ["binary", "half", "negzero", "strided", "float64"])
+def test_group_stats_equals_row_reductions(n, kind):
+    rng = np.random.default_rng([n, len(kind)])
+    rewards = (rng.random((3000, n)) < rng.random((3000, 1))).astype(np.float32)
+    if kind == "half":
+        rewards[rng.random(rewards.shape) < 0.01] = 0.5
+    if kind == "negzero":
+        rewards[rewards == 0] = -0.0  # equal to 0.0 as a float, not as bits: must not take the binary path
+    if kind == "strided":
+        rewards = np.repeat(rewards, 2, axis=0)[::2]
+    if kind == "float64":
+        rewards = rewards.astype(np.float64)
+    pass_rate, varied, binary = reward_stats(rewards)
+    expected_rate, expected_varied = einsum_stats(rewards)
+    assert np.array_equal(pass_rate, expected_rate) and pass_rate.dtype == np.float64
+    assert np.array_equal(varied, expected_varied) and varied.dtype == bool
+    is_binary = bool(np.all((rewards == 1) | ((rewards == 0) & ~np.signbit(rewards))))
+    assert binary == (is_binary and kind != "strided" and (n in (1, 2, 4) or n % 8 == 0))
+    assert [a.tolist() for a in group_stats(rewards)] == [pass_rate.tolist(), varied.tolist()]
+    if binary:
+        assert np.array_equal(binary_ones(np.asarray(rewards, dtype=np.float32)), rewards.sum(axis=1))
+
+
+def test_binary_ones_rejects_a_single_non_binary_reward_anywhere():
+    rewards = np.ones((70000, 8), dtype=np.float32)  # 2+ blocks of 2^18 rewards
+    assert binary_ones(rewards) is not None
+    for position, value in ((0, 0.5), (-1, 2.0), (300000, -0.0), (555555, 1e-45)):
+        bad = rewards.copy().reshape(-1)
+        bad[position] = value
+        assert binary_ones(bad.reshape(rewards.shape)) is None
+
+
+def test_top_k_mask_rejects_nan():
+    with pytest.raises(ValueError, match="NaN"):
+        top_k_mask(np.array([0.5, np.nan, 1.0]), 1)
+
+
+def reference_top_k(rng, scale, size, idx, base, k):
+    """The spec's formula: one rng.gumbel vector, -inf off `idx`, stable top-k."""
+    key = np.full(size, -np.inf)
+    key[idx] = base + rng.gumbel(0.0, scale, size)[idx]
+    return top_k_mask(key, k)[idx]
+
+
+@pytest.mark.parametrize("trial", range(40))
+def test_gumbel_top_k_equals_one_gumbel_vector_and_stable_top_k(trial):
+    rng = np.random.default_rng(trial)
+    size = int(rng.choice([50, APPROX_MIN - 1, APPROX_MIN + 7, 20000]))
+    idx = np.flatnonzero(rng.random(size) < rng.uniform(0.3, 1.0))
+    levels = rng.choice([3, 40, 10**6])  # few levels: many exact ties in base
+    base = np.round(rng.random(idx.size) * 1.3 * levels) / levels
+    scale = float(rng.choice([1e-8, 1e-3, 0.05 * 1.3, 2.0, 50.0]))
+    k = int(rng.integers(0, idx.size + 1))
+    seed = [trial, 7]
+    got = gumbel_top_k(np.random.default_rng(seed), scale, size, idx, base, k,
+                       base_absmax=float(base.max()) if trial % 2 else None)
+    expected = reference_top_k(np.random.default_rng(seed), scale, size, idx, base, k)
+    assert np.array_equal(got, expected)
+    after_got, after_ref = np.random.default_rng(seed), np.random.default_rng(seed)
+    gumbel_top_k(after_got, scale, size, idx, base, k)
+    after_ref.gumbel(0.0, scale, size)
+    assert after_got.random() == after_ref.random()  # the same stream consumed
+
+
+@pytest.mark.parametrize("scale", [1e-8, 0.065, 3.0])
+def test_float32_filter_decides_without_falling_back(scale):
+    """The filter itself (not its float64 fallback) picks the exact top-k on LZE-like energies."""
+    rng = np.random.default_rng(int(scale * 1e3))
+    base = rng.random(50000) * 1.3
+    base[rng.random(base.size) < 0.3] = 0.5  # a block of exact ties
+    u = rng.random(base.size)
+    u[:5] = [2.0**-30, 2.0**-9, 1e-3, 1 - 2.0**-40, 0.5]  # tiny and huge noise
+    for k in (1, 20000, 49999):
+        got = _filtered_top_k(u, scale, base, k, None)
+        assert got is not None and np.array_equal(got, top_k_mask(_neg_log_log(u.copy(), scale) + base, k))
+
+
+def rng_drawing_zero_first(seed: int) -> np.random.Generator:
+    """A PCG64 generator whose next double is exactly 0.0 (state chosen so hi == lo after one step)."""
+    rng = np.random.default_rng(seed)
+    state = rng.bit_generator.state
+    target = (12345 << 64) | 12345  # XSL-RR output of a state with equal halves is 0
+    inc = state["state"]["inc"]
+    state["state"]["state"] = ((target - inc) * pow(PCG_MULT, -1, 1 << 128)) % (1 << 128)
+    rng.bit_generator.state = state
+    return rng
+
+
+def test_gumbel_helpers_follow_numpys_rejection_of_a_zero_uniform():
+    assert rng_drawing_zero_first(1).random() == 0.0  # the test really draws a zero
+    size = APPROX_MIN * 2
+    where = np.random.default_rng(2).random(size) < 0.8
+    idx = np.flatnonzero(where)
+    base = np.random.default_rng(3).random(idx.size)
+    expected_noise = rng_drawing_zero_first(1).gumbel(0.0, 0.1, size)
+    ours = rng_drawing_zero_first(1)
+    assert np.array_equal(gumbel_where(ours, 0.1, size, where), np.where(where, expected_noise, 0.0))
+    reference = rng_drawing_zero_first(1)
+    reference.gumbel(0.0, 0.1, size)
+    assert ours.random() == reference.random()
+    got = gumbel_top_k(rng_drawing_zero_first(1), 0.1, size, idx, base, idx.size // 3)
+    assert np.array_equal(got, reference_top_k(rng_drawing_zero_first(1), 0.1, size, idx, base, idx.size // 3))
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.3, 1.0, 2.0**-600, 1e-300, 1e300, 7.5])
+def test_energy_and_ema_equal_the_spec_formula(weight):
+    rng = np.random.default_rng(int(weight * 1000) % 97)
+    size = 5000
+    p = np.concatenate([rng.integers(0, 9, size) / 8, rng.random(size).astype(np.float32) / 3])
+    ema = np.concatenate([rng.random(size), rng.choice([0.0, 1e-45, 1e-38, 1.0, 0.5], size)]).astype(np.float32)
+    d_init = np.concatenate([rng.random(size), rng.choice([0.0, 1e-45, 0.05, 1.0], size)]).astype(np.float32)
+    cfg = LzeConfig(momentum_weight=weight, ema_decay=0.9)
+    momentum = np.minimum(np.abs(p - ema) * 2.0, 1.0)
+    expected_energy = (1.0 - p) * p * 4.0 * d_init * (1.0 + weight * momentum)
+    expected_ema = (cfg.ema_decay * ema + (1.0 - cfg.ema_decay) * p).astype(np.float32)
+    energy, buf = np.empty(p.size), np.empty(p.size)
+    energy_and_ema(p, d_init, ema, cfg, energy, buf)
+    assert np.array_equal(energy.view(np.uint64), expected_energy.view(np.uint64))
+    assert np.array_equal(ema.view(np.uint32), expected_ema.view(np.uint32))
+
+
+@pytest.mark.parametrize("config", [LzeConfig(), LzeFullConfig(prune_after=1)])
+def test_large_batch_updates_equal_per_id_updates(config):
+    """A batch covering >= 1/4 of the prompts (one byte scatter + sequential passes) vs the same in small pieces."""
+    num = BLOCK + 5000  # more than one arithmetic block
+    rng = np.random.default_rng(11)
+    whole, pieces = LzeState.empty(num), LzeState.empty(num)
+    replay = rng.random(num) < 0.05
+    for state in (whole, pieces):
+        state.replay[replay] = True
+    for epoch in range(4):
+        ids = np.random.default_rng(epoch).permutation(num)[: num * 3 // 4]
+        p = np.random.default_rng([epoch, 1]).integers(0, 5, ids.size) / 4
+        for state in (whole, pieces):
+            state.epoch = epoch
+        energy = whole.observe(ids, p, config)
+        parts = [pieces.observe(chunk, p_chunk, config)
+                 for chunk, p_chunk in zip(np.array_split(ids, 8), np.array_split(p, 8))]
+        assert np.array_equal(energy, np.concatenate(parts))
+        for name, value in whole.to_dict().items():
+            if isinstance(value, np.ndarray) and not name.startswith("cache"):
+                assert np.array_equal(value, getattr(pieces, name), equal_nan=value.dtype.kind == "f"), name
