@@ -50,25 +50,29 @@ def _write_csv(path: Path, frame: pd.DataFrame) -> None:
     atomic_write_text(path, frame.to_csv(index=False, float_format="%.10g"))
 
 
+def _write_table(out: Path, stem: str, cells, caption: str, label: str, frame: pd.DataFrame) -> str:
+    """`stem`.md, `stem`.tex (booktabs) and `stem`.csv; returns the Markdown."""
+    headers, rows = cells
+    text = markdown(headers, rows)
+    atomic_write_text(out / f"{stem}.md", text)
+    atomic_write_text(out / f"{stem}.tex", latex(headers, rows, caption, label))
+    _write_csv(out / f"{stem}.csv", frame)
+    return text
+
+
 def write_tables(report: dict, out: Path) -> dict[str, str]:
     """Markdown/LaTeX/CSV files; returns the Markdown of each table for report.md."""
     texts = {}
-    h1, r1 = table1_cells(report["table1"], report["benchmarks"])
-    texts["table1"] = markdown(h1, r1)
-    atomic_write_text(out / "table1.md", texts["table1"])
     caption1 = ("Final accuracy (mean ± 95% CI over seeds), FLOPs spent (seed mean), fraction of rolled-out "
                 "prompts kept for the update, and wall time, per selector.")
-    atomic_write_text(out / "table1.tex", latex(h1, r1, caption1, "tab:final"))
-    _write_csv(out / "table1.csv", report["table1"])
+    texts["table1"] = _write_table(out, "table1", table1_cells(report["table1"], report["benchmarks"]),
+                                   caption1, "tab:final", report["table1"])
     _write_csv(out / "runs.csv", report["summary"])
     if report["table2"] is not None:
-        h2, r2 = table2_cells(report["table2"])
-        texts["table2"] = markdown(h2, r2)
-        atomic_write_text(out / "table2.md", texts["table2"])
         caption2 = ("FLOPs and wall time to first reach uniform GRPO's mean final accuracy (the target), "
                     "as a ratio to uniform's (mean ± 95% CI over the seeds that reach it).")
-        atomic_write_text(out / "table2.tex", latex(h2, r2, caption2, "tab:flops-to-target"))
-        _write_csv(out / "table2.csv", report["table2"])
+        texts["table2"] = _write_table(out, "table2", table2_cells(report["table2"]), caption2,
+                                       "tab:flops-to-target", report["table2"])
         _write_csv(out / "reach.csv", report["reach"])
     else:
         texts["table2"] = f"(no `{BASELINE}` runs with accuracy: Table 2 needs the uniform baseline)\n"
