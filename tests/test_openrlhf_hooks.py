@@ -209,7 +209,7 @@ GENERATE_KWARGS = {"do_sample": True, "max_len": 64, "max_new_tokens": RESPONSE_
 
 
 def test_generate_samples_returns_exact_groups_in_our_data_order(ray_local, tmp_path, monkeypatch):
-    from lze_bench.backends.openrlhf.selection import DataOrder
+    from lze_bench.data_order import DataOrder
 
     generator, context = build_generator(ray_local, tmp_path, monkeypatch, "uniform")
     samples, pass_rate, consumed, exhausted = generator.generate_samples(**GENERATE_KWARGS)

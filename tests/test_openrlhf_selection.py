@@ -14,7 +14,8 @@ from pathlib import Path
 
 from lze_bench.backends.openrlhf.accounting import ledger_row, rollout_rows
 from lze_bench.backends.openrlhf.context import RunContext, finish_run
-from lze_bench.backends.openrlhf.selection import DataOrder, Group, StepDriver, StepRecord
+from lze_bench.backends.openrlhf.selection import Group, StepDriver, StepRecord
+from lze_bench.data_order import DATA_TAG, DataOrder
 from lze_bench.config import compose
 from lze_bench.errors import LzeBenchError
 from lze_bench.flops import FlopModel
@@ -53,12 +54,12 @@ def driver_for(name, *, num_prompts=40, batch=4, seed=0, max_rounds=12, short="f
 
 def test_data_order_is_seeded_per_epoch_and_never_spans_epochs():
     order = DataOrder(10, seed=3)
-    first, new = order.take(4)
-    assert not new and first.tolist() == np.random.default_rng([3, 0]).permutation(10)[:4].tolist()
+    first = order.take(4)
+    assert order.epoch == 0 and first.tolist() == np.random.default_rng([3, 0, DATA_TAG]).permutation(10)[:4].tolist()
     order.take(4)
-    third, new = order.take(4)  # only 2 left in epoch 0: skipped, epoch 1 starts
-    assert new and order.epoch == 1
-    assert third.tolist() == np.random.default_rng([3, 1]).permutation(10)[:4].tolist()
+    third = order.take(4)  # only 2 left in epoch 0: skipped, epoch 1 starts
+    assert order.epoch == 1
+    assert third.tolist() == np.random.default_rng([3, 1, DATA_TAG]).permutation(10)[:4].tolist()
     with pytest.raises(LzeBenchError, match="candidates_per_step"):
         order.take(11)
 

@@ -1,14 +1,7 @@
-"""Resumable trainer state: the data order, the rollout store, and checkpoints.
+"""Resumable trainer state: the rollout store and checkpoints.
 
-Design.md "One training step" 1: the data order is seeded by the run's `seed`
-only, so every selector of a comparison sees the same stream. Epoch `e` is the
-permutation `default_rng([seed, e, DATA_TAG])` of the N train prompt ids; a
-step takes the next `k` ids and never straddles two epochs (like a data loader
-with drop_last: when fewer than `k` remain, the epoch ends and the rest are
-skipped), so `begin_epoch(e)` can run before the first step of pass `e`.
-Selectors with `candidate_mode="full"` (ASTRAL) see all N ids every step; the
-stream then advances by the number of prompts they rolled out, so their
-epochs count passes' worth of data too.
+The data order (lze_bench.data_order.DataOrder, shared with the OpenRLHF
+backend) is saved in `trainer_state.pt` as its (epoch, offset) position.
 
 Checkpoint `checkpoints/step_K/` (K = updates done; ledger rows 0..K-1) holds
 the HF policy + tokenizer, `trainer_state.pt` (optimizer, stream position,
@@ -23,57 +16,13 @@ import shutil
 from collections import OrderedDict
 from pathlib import Path
 
-import numpy as np
 
 from lze_bench.errors import LzeBenchError
 from lze_bench.rundir import checkpoint_dir, mark_checkpoint_complete, selector_state_path
 from lze_bench.selectors import load_state, save_state
 
-DATA_TAG = 0x5EED
 TRAINER_STATE = "trainer_state.pt"
 ROLLOUT_STORE = "rollout_store.pt"
-
-
-class DataStream:
-    """The seeded order of train prompt ids, epoch by epoch."""
-
-    def __init__(self, num_prompts: int, seed: int):
-        self.num_prompts, self.seed = int(num_prompts), int(seed)
-        self.epoch, self.offset = 0, 0
-        self._order_epoch, self._order = -1, None
-
-    def order(self) -> np.ndarray:
-        if self._order_epoch != self.epoch:
-            self._order = np.random.default_rng([self.seed, self.epoch, DATA_TAG]).permutation(self.num_prompts)
-            self._order_epoch = self.epoch
-        return self._order
-
-    def prepare(self, count: int) -> int:
-        """Move to the next epoch if fewer than `count` ids remain in this one; returns the epoch."""
-        if count > self.num_prompts:
-            raise LzeBenchError(f"a step needs {count} candidates but the task has {self.num_prompts} train prompts; "
-                                "raise task.num_train or lower trainer.batch_size / data.candidates_per_step")
-        if self.offset + count > self.num_prompts:
-            self.epoch, self.offset = self.epoch + 1, 0
-        return self.epoch
-
-    def take(self, count: int) -> np.ndarray:
-        self.prepare(count)
-        ids = self.order()[self.offset:self.offset + count].astype(np.int64)
-        self.offset += count
-        return ids
-
-    def advance(self, count: int) -> None:
-        """Full-mode selectors: count `count` prompts as consumed."""
-        self.offset += int(count)
-        while self.offset >= self.num_prompts:
-            self.epoch, self.offset = self.epoch + 1, self.offset - self.num_prompts
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "offset": self.offset}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.offset = int(state["epoch"]), int(state["offset"])
 
 
 class RolloutStore:

@@ -125,7 +125,8 @@ class _Session:
         from lze_bench.backends.local.features import Features
         from lze_bench.backends.local.heldout import encode_prompts
         from lze_bench.backends.local.model import load_policy, resolve_device
-        from lze_bench.backends.local.state import DataStream, RolloutStore, load_checkpoint
+        from lze_bench.backends.local.state import RolloutStore, load_checkpoint
+        from lze_bench.data_order import DataOrder
         from lze_bench.backends.local.step import StepRunner
         from lze_bench.flops import FlopModel
         from lze_bench.ledger import Ledger, RolloutLog
@@ -159,7 +160,7 @@ class _Session:
             buffer_size = int(getattr(selector.config, "buffer_size", 0) or 0)
             capacity = buffer_size + trainer.batch_size if buffer_size else 0
         store = RolloutStore(capacity)
-        stream = DataStream(len(rows), cfg.seed)
+        stream = DataOrder(len(rows), cfg.seed)
         features = Features(model, prompts, self.flop_model, tokenizer.pad_token_id, trainer.temperature,
                             self.run_dir, self._load_initial, cfg.backend.gen_chunk_size)
         begun_epoch = -1

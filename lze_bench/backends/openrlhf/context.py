@@ -21,7 +21,8 @@ import shutil
 from pathlib import Path
 
 from lze_bench.backends.openrlhf.accounting import ledger_row, rollout_rows
-from lze_bench.backends.openrlhf.selection import DataOrder, StepDriver
+from lze_bench.backends.openrlhf.selection import StepDriver
+from lze_bench.data_order import DataOrder
 from lze_bench.errors import LzeBenchError
 from lze_bench.ledger import Ledger, RolloutLog
 from lze_bench.rundir import checkpoint_dir, mark_checkpoint_complete, selector_state_path

@@ -6,7 +6,7 @@ it does its own DAPO filtering; we override it for the training iterator and
 leave evaluation (`generate_eval_samples`, another iterator) to OpenRLHF.
 
 For a training call we ignore OpenRLHF's shuffled prompt iterator: candidates
-come from lze-bench's seeded data order (selection.DataOrder), the same for
+come from lze-bench's seeded data order (lze_bench.data_order.DataOrder), the same for
 every selector, and prompts are fetched by id from OpenRLHF's own
 `PromptDataset` (row i = prompt id i, checked at start-up). Each round
 dispatches only the ids `select_rollout` chose with OpenRLHF's

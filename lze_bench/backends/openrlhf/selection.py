@@ -8,11 +8,10 @@ of everything that was rolled out (for the ledger). `rollout(ids)` is the
 backend's: it generates and grades `n` responses per id (generator.py).
 
 Choices where the specs are silent (ours):
-* Data order: epoch `e` visits prompt ids in `default_rng([seed, e]).permutation(N)`;
-  identical for every selector with the same seed. A round never spans two
-  epochs: a tail shorter than the round is skipped (like drop_last), then
-  `begin_epoch(e + 1)` runs. Candidates of `candidate_mode="full"` selectors
-  are all ids every round.
+* Data order: lze_bench.data_order.DataOrder, the one the local backend uses
+  (seeded by `seed` only, a round never spans two epochs); `begin_epoch(e + 1)`
+  runs when a round starts a new pass. Candidates of `candidate_mode="full"`
+  selectors are all ids every round.
 * Round sizes: round 0 offers `data.candidates_per_step` (else the selector's
   `candidates_per_step(B)`) candidates with budget `rollout_budget(B)`; a later
   round offers `decision.more` candidates with that budget when the selector
@@ -36,6 +35,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from lze_bench.data_order import DataOrder
 from lze_bench.errors import LzeBenchError
 from lze_bench.selectors.base import (
     TAG_BEGIN_EPOCH,
@@ -84,34 +84,6 @@ class StepRecord:
     @property
     def kept(self) -> list:
         return [g for g, k in zip(self.rolled, self.kept_flags) if k]
-
-
-class DataOrder:
-    """Seeded passes over prompt ids 0..N-1; `take(k)` never spans two passes."""
-
-    def __init__(self, num_prompts: int, seed: int):
-        self.num_prompts, self.seed = int(num_prompts), int(seed)
-        self.epoch, self.cursor = 0, 0
-
-    def permutation(self, epoch: int) -> np.ndarray:  # int64[N]
-        return np.random.default_rng([self.seed, int(epoch)]).permutation(self.num_prompts)
-
-    def take(self, count: int) -> tuple[np.ndarray, bool]:
-        """The next `count` ids, and whether a new pass began to supply them."""
-        if count > self.num_prompts:
-            raise LzeBenchError(f"data.candidates_per_step: {count} candidates exceed the {self.num_prompts} prompts")
-        new_epoch = False
-        if self.cursor + count > self.num_prompts:
-            self.epoch, self.cursor, new_epoch = self.epoch + 1, 0, True
-        ids = self.permutation(self.epoch)[self.cursor : self.cursor + count]
-        self.cursor += count
-        return ids, new_epoch
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "cursor": self.cursor}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.cursor = int(state["epoch"]), int(state["cursor"])
 
 
 Rollout = Callable[[np.ndarray], list]  # ids int64[m] -> [Group] in the same order
@@ -193,8 +165,9 @@ class StepDriver:
     def _candidates(self, count: int, record: StepRecord) -> np.ndarray:
         if getattr(self.selector, "candidate_mode", "stream") == "full":
             return np.arange(self.order.num_prompts, dtype=np.int64)
-        ids, new_epoch = self.order.take(count)
-        if new_epoch:
+        epoch_before = self.order.epoch
+        ids = self.order.take(count)
+        if self.order.epoch != epoch_before:
             self._announce_epoch(record)
         return ids
 
