@@ -17,7 +17,7 @@ from typing import Optional
 
 import typer
 
-from lze_bench.errors import LzeBenchError, NotYetAvailable
+from lze_bench.errors import LzeBenchError
 
 EXTRA_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -50,18 +50,6 @@ def _compose(name: str, overrides: list[str]):
     from lze_bench.config import compose
 
     return compose(name, overrides)
-
-
-def _require(module: str, what: str):
-    """Import the module that implements a command, or say it has not landed."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and module.startswith(exc.name):
-            raise NotYetAvailable(f"`lze-bench {what}` is not yet available in this version") from exc
-        raise
 
 
 def _print_config(cfg) -> None:
@@ -106,7 +94,8 @@ def eval_(
 
     Example: lze-bench eval model=runs/x/checkpoints/step_000060 eval=math_suite
     """
-    evaluation = _require("lze_bench.evaluation.runner", "eval")
+    from lze_bench.evaluation import runner as evaluation
+
     cfg = _compose("eval", ctx.args)
     if dry_run:
         _print_config(cfg)
@@ -123,7 +112,8 @@ def grade(
     workers: int = typer.Option(0, "--workers", help="Grading processes (0 = one per core)."),
 ):
     """Re-grade a predictions file with the one grading function and print the accuracy."""
-    grading_file = _require("lze_bench.evaluation.grade_file", "grade")
+    from lze_bench.evaluation import grade_file as grading_file
+
     grading_file.grade_file(predictions, out, timeout_s=timeout_s, workers=workers)
 
 
@@ -137,7 +127,8 @@ def sweep(
 
     `lze-bench sweep status DIR` shows a sweep's jobs.
     """
-    sweep_module = _require("lze_bench.sweep", "sweep")
+    from lze_bench import sweep as sweep_module
+
     sweep_module.main(list(ctx.args), dry_run=dry_run)
 
 
@@ -149,7 +140,8 @@ def report(
     out_root: Path = typer.Option(Path("reports"), "--out-root", help="Reports are written to OUT_ROOT/NAME/."),
 ):
     """Tables and plots from ledgers and eval summaries (reads files only)."""
-    report_module = _require("lze_bench.report", "report")
+    from lze_bench import report as report_module
+
     report_module.main(sweep_dir, name=name, out_root=out_root)
 
 
@@ -164,7 +156,8 @@ def replay(
 
     Example: lze-bench replay runs/x/rollouts.parquet selector=lze --out lze.parquet
     """
-    replay_module = _require("lze_bench.replay", "replay")
+    from lze_bench import replay as replay_module
+
     cfg = _compose("replay", ctx.args)
     replay_module.run_replay(rollouts, cfg, out)
 

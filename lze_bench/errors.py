@@ -9,10 +9,6 @@ class LzeBenchError(Exception):
     """A user-facing error: bad config, bad data, a missing optional dependency."""
 
 
-class NotYetAvailable(LzeBenchError):
-    """A command whose implementation has not landed yet (exit code 2)."""
-
-
 def missing_dependency(package: str, extra: str | None = None, why: str = "") -> LzeBenchError:
     """Error for an optional heavy dependency (vllm, openrlhf) that is not installed."""
     hint = f"pip install 'lze-bench[{extra}]'" if extra else f"pip install {package}"

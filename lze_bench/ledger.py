@@ -135,14 +135,6 @@ class Ledger:
         _write_parquet(self.path, self.frame)
         return row
 
-    def set_value(self, step: int, column: str, value) -> None:
-        """Fill a column of an existing row (held-out accuracy computed after the row)."""
-        mask = self.frame["step"] == int(step)
-        if not mask.any():
-            raise LzeBenchError(f"ledger has no step {step}")
-        self.frame.loc[mask, column] = value
-        _write_parquet(self.path, self.frame)
-
     def truncate_after(self, step: int) -> None:
         """Drop rows after `step` (resume from a checkpoint taken at `step`)."""
         keep = self.frame["step"] <= int(step)

@@ -14,11 +14,7 @@ from lze_bench.registry import BACKENDS
 BACKEND_MODULES = ("local", "openrlhf")
 
 for _module in BACKEND_MODULES:
-    try:
-        importlib.import_module(f"lze_bench.backends.{_module}")
-    except ModuleNotFoundError as exc:  # a backend not written yet
-        if exc.name != f"lze_bench.backends.{_module}":
-            raise
+    importlib.import_module(f"lze_bench.backends.{_module}")
 
 
 def run_training(cfg):

@@ -54,11 +54,7 @@ def machine_info() -> dict:
 
 def _load_modules() -> None:
     for name in BENCH_MODULES:
-        try:
-            importlib.import_module(f"lze_bench.benchmarks.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"lze_bench.benchmarks.{name}":
-                raise
+        importlib.import_module(f"lze_bench.benchmarks.{name}")
 
 
 def parse_options(args: list[str]) -> dict[str, str]:

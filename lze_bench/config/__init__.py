@@ -53,8 +53,7 @@ YAML_GROUPS: dict[str, YamlGroup] = {
 
 REGISTRY_GROUPS: dict[str, Registry] = {"selector": SELECTORS, "backend": BACKENDS, "task": TASKS}
 
-# Modules whose import fills the registries and CONFIGS; a module not written
-# yet is skipped so that the rest of the CLI keeps working.
+# Modules whose import fills the registries and CONFIGS.
 PLUGIN_MODULES = (
     "lze_bench.selectors",
     "lze_bench.backends",
@@ -67,19 +66,9 @@ PLUGIN_MODULES = (
 _registered = False
 
 
-def _import_optional(module: str):
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
-            return None
-        raise
-
-
 def _load_attr(spec: str):
     module_name, attr = spec.split(":")
-    module = _import_optional(module_name)
-    return None if module is None else getattr(module, attr)
+    return getattr(importlib.import_module(module_name), attr)
 
 
 def register_all() -> None:
@@ -93,7 +82,7 @@ def register_all() -> None:
     from lze_bench.config import schema  # noqa: F401  (registers train/replay)
 
     for module in PLUGIN_MODULES:
-        _import_optional(module)
+        importlib.import_module(module)
     store = ConfigStore.instance()
     for name, node in CONFIGS.items():
         store.store(name=name, node=node)
@@ -102,8 +91,6 @@ def register_all() -> None:
             store.store(group=group, name=name, node=entry.Config)
     for group, spec in YAML_GROUPS.items():
         schema_cls = _load_attr(spec.schema)
-        if schema_cls is None:
-            continue
         for name, path in yaml_options(group).items():
             node = OmegaConf.merge(OmegaConf.structured(schema_cls), _load_yaml(path))
             store.store(group=group, name=name, node=node)

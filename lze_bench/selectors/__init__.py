@@ -22,11 +22,7 @@ from lze_bench.selectors.base import (  # noqa: F401  (public interface)
 SELECTOR_MODULES = ("uniform", "dapo", "astral", "hive", "lze")
 
 for _module in SELECTOR_MODULES:
-    try:
-        importlib.import_module(f"lze_bench.selectors.{_module}")
-    except ModuleNotFoundError as exc:  # a selector not written yet: absent, not fatal
-        if exc.name != f"lze_bench.selectors.{_module}":
-            raise
+    importlib.import_module(f"lze_bench.selectors.{_module}")
 
 
 def build_selector(selector_cfg, *, num_prompts: int, batch_size: int | None = None) -> Selector:

@@ -9,8 +9,4 @@ from lze_bench.registry import TASKS  # noqa: F401
 TASK_MODULES = ("synthetic", "datasets")
 
 for _module in TASK_MODULES:
-    try:
-        importlib.import_module(f"lze_bench.tasks.{_module}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"lze_bench.tasks.{_module}":
-            raise
+    importlib.import_module(f"lze_bench.tasks.{_module}")
