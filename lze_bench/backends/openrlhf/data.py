@@ -18,9 +18,11 @@ import json
 from pathlib import Path
 
 from lze_bench.errors import LzeBenchError
+from lze_bench.evaluation.benchmarks import DEFAULT_PROMPT
 from lze_bench.rundir import atomic_write_text
 
-PROMPT_TEMPLATE = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
+# the instruction `lze-bench eval` uses, so training and evaluation prompts agree
+PROMPT_TEMPLATE = DEFAULT_PROMPT
 
 
 def make_label(prompt_id: int, answer: str) -> str:
