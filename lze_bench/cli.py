@@ -170,7 +170,7 @@ def bench(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON here."),
 ):
     """Measure performance (time, throughput) and print a table; extra key=value options per benchmark."""
-    from lze_bench.benchmarks import run_bench
+    from lze_bench.bench import run_bench
 
     run_bench(what, list(ctx.args), json_path)
 

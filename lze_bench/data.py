@@ -1,4 +1,4 @@
-"""Load a benchmark by name -> rows {id, problem, answer} (design.md "Data", issue 5).
+"""Load a benchmark by name -> rows {id, problem, answer} (design.md "Data").
 
 Where rows come from, first match wins:
 1. the data root: `data.root`, else env LZE_BENCH_DATA (config.env_data_root);

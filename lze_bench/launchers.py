@@ -1,6 +1,6 @@
 """Launcher presets (`launcher=local|slurm`): where sweep jobs run, validated by one schema.
 
-The submitit executors that use these settings live in `lze_bench.sweep_submit`
+The submitit executors that use these settings live in `lze_bench.sweep.submit`
 (slurm: sbatch flags; local: timeout and thread count per job).
 """
 

@@ -1,4 +1,4 @@
-"""Benchmark loading (issue 5 "Data"): real files from shared/data, malformed rows, the hub fallback."""
+"""Benchmark loading ("Data"): real files from shared/data, malformed rows, the hub fallback."""
 
 from __future__ import annotations
 
@@ -121,9 +121,5 @@ def test_unknown_benchmark_suggests_a_name():
 
 
 def test_synthetic_benchmark_loads_from_the_task():
-    import lze_bench.tasks.synthetic as synthetic
-
-    if not hasattr(synthetic, "load_split"):
-        pytest.skip("lze_bench.tasks.synthetic.load_split has not landed yet (local backend issue)")
     rows = load_benchmark("synthetic", limit=5)
     assert len(rows) == 5 and all(r["problem"] and r["answer"] for r in rows)

@@ -1,4 +1,4 @@
-"""`lze-bench eval` end to end on a tiny checkpoint, run=RUN_DIR, metrics and config (issue 5).
+"""`lze-bench eval` end to end on a tiny checkpoint, run=RUN_DIR, metrics and config.
 
 The checkpoint is a random-weight 2-layer Llama with a character tokenizer
 and a 96-token context, built here (accuracy near zero is expected; the path
@@ -129,10 +129,6 @@ def test_eval_run_appends_ledger_rows_and_resumes(tiny_checkpoint, tmp_path):
 
 
 def test_synthetic_benchmark_end_to_end(tiny_checkpoint, tmp_path):
-    import lze_bench.tasks.synthetic as synthetic
-
-    if not hasattr(synthetic, "load_split"):
-        pytest.skip("lze_bench.tasks.synthetic.load_split has not landed yet (local backend issue)")
     entries = _eval([f"model={tiny_checkpoint}", f"out_dir={tmp_path}", "eval=synthetic", "limit=3",
                      "eval.max_new_tokens=4", "grading.workers=1"])
     assert entries[0]["benchmark"] == "synthetic" and entries[0]["num_problems"] == 3

@@ -1,4 +1,4 @@
-"""`lze-bench grade FILE.jsonl --out OUT.jsonl` (issue 5): re-grade another harness's predictions."""
+"""`lze-bench grade FILE.jsonl --out OUT.jsonl`: re-grade another harness's predictions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Grading verdicts (issue 5 "Grading and metrics"; design.md "Grading").
+"""Grading verdicts (design.md "Grading").
 
 Cases: tests/data/grading_cases.jsonl, each naming a real benchmark row
 (shared/data/<file>, 1-based line) whose gold answer it grades against, plus

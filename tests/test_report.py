@@ -1,4 +1,4 @@
-"""`lze-bench report`: tables and plots from hand-made run directories (issue 6).
+"""`lze-bench report`: tables and plots from hand-made run directories.
 
 The runs are written through our real writers (Ledger, RolloutLog, append_eval_rows)
 with hand-chosen numbers, so every table cell below is computed by hand:
@@ -34,8 +34,8 @@ import pytest
 
 from lze_bench.ledger import LEDGER_COLUMNS, Ledger, RolloutLog, append_eval_rows
 from lze_bench.report import build, main
-from lze_bench.report_format import tex_cell
-from lze_bench.report_tables import mean_ci, t975
+from lze_bench.report.formats import tex_cell
+from lze_bench.report.tables import mean_ci, t975
 from lze_bench.rundir import atomic_write_text, mark_done
 
 HELDOUT = {("uniform", 0): (0.30, 0.50), ("uniform", 1): (0.40, 0.60), ("lze", 0): (0.55, 0.65),
@@ -172,7 +172,7 @@ def test_tex_escaping():
 
 
 def test_import_report_loads_no_torch_or_backend():
-    code = ("import sys, lze_bench.report, lze_bench.plots; "
+    code = ("import sys, lze_bench.report, lze_bench.report.plots; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'openrlhf', 'vllm') "
             "or m.startswith('lze_bench.backends')]; print(bad); assert not bad")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

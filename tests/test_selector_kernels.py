@@ -1,4 +1,4 @@
-"""The fast selector kernels equal their straightforward formulas bit for bit (issue: LZE speed, same decisions).
+"""The fast selector kernels equal their straightforward formulas bit for bit (LZE speed, same decisions).
 
 Covers `selectors/stats.py` (binary popcount path vs row reductions),
 `selectors/topk.py` (Gumbel top-k with the float32 pre-filter vs one

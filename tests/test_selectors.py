@@ -1,4 +1,4 @@
-"""Selector behaviour the issue names (selectors.md §1-5), beyond the §7 printout.
+"""Selector behaviour (selectors.md §1-5), beyond the §7 printout.
 
 LZE ranks the learning zone first and an all-solved group last; DAPO never
 keeps a zero-variance group and says how many more prompts it needs; uniform

@@ -1,4 +1,4 @@
-"""Sweeps through a real Slurm (sbatch, job arrays, squeue), as started by .ci/slurm/start.sh (issue 6).
+"""Sweeps through a real Slurm (sbatch, job arrays, squeue), as started by .ci/slurm/start.sh.
 
 Skipped, with the reason, when no Slurm cluster answers here (a laptop without
 Slurm); .ci/run installs and starts a single-node cluster before pytest.
@@ -15,9 +15,9 @@ from lze_bench.errors import LzeBenchError
 from lze_bench.ledger import read_ledger
 from lze_bench.rundir import is_done
 from lze_bench.sweep import SweepSpec
-from lze_bench.sweep_grid import plan_jobs
-from lze_bench.sweep_manifest import load_manifest
-from lze_bench.sweep_submit import run_sweep
+from lze_bench.sweep.grid import plan_jobs
+from lze_bench.sweep.manifest import load_manifest
+from lze_bench.sweep.submit import run_sweep
 
 
 def slurm_unavailable() -> str | None:

@@ -1,4 +1,4 @@
-"""`lze-bench sweep`: grid expansion, pairing, manifest, status, skip/resubmit, local executor (issue 6)."""
+"""`lze-bench sweep`: grid expansion, pairing, manifest, status, skip/resubmit, local executor."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from lze_bench.errors import LzeBenchError
 from lze_bench.registry import SELECTORS
 from lze_bench.rundir import mark_done
 from lze_bench.sweep import SweepSpec, split_args, sweep_name
-from lze_bench.sweep_grid import grid_axes, job_name, plan_jobs
-from lze_bench.sweep_manifest import derive_status, load_manifest, merge_plan, new_manifest
-from lze_bench.sweep_submit import run_sweep
+from lze_bench.sweep.grid import grid_axes, job_name, plan_jobs
+from lze_bench.sweep.manifest import derive_status, load_manifest, merge_plan, new_manifest
+from lze_bench.sweep.submit import run_sweep
 
 runner = CliRunner()
 # A model path that does not exist: composition accepts it, the job fails when it starts
@@ -158,7 +158,7 @@ def test_cli_dry_run_lists_jobs_and_sbatch_script(tmp_path):
 
 def test_cli_status_and_errors(tmp_path):
     plan = plan_jobs(SweepSpec(), ["seed=0,1", "trainer.steps=2"], tmp_path, name="t")
-    from lze_bench.sweep_manifest import save_manifest
+    from lze_bench.sweep.manifest import save_manifest
 
     save_manifest(tmp_path, merge_plan(new_manifest(plan, []), plan))
     mark_done(tmp_path / "runs" / "s1")
@@ -176,7 +176,7 @@ def test_cli_status_and_errors(tmp_path):
 
 def test_train_job_requeues_itself_and_skips_a_finished_run(tmp_path):
     """submitit's checkpoint protocol: a time-out/preemption resubmits the same call (the backend resumes)."""
-    from lze_bench.sweep_job import TrainJob
+    from lze_bench.sweep.job import TrainJob
 
     job = TrainJob(["seed=1", "trainer.steps=2"], str(tmp_path / "run"), "abc")
     again = job.checkpoint()

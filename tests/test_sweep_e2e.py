@@ -1,5 +1,5 @@
 """The real micro sweep (sweeps/micro.yaml): 5 selectors x 2 seeds on the embedded backend through
-submitit's local executor, then `lze-bench report`, asserting on the tables (issue 6, "Measured outcomes")."""
+submitit's local executor, then `lze-bench report`, asserting on the tables ("Measured outcomes")."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lze_bench.cli import app
-from lze_bench.sweep_manifest import load_manifest
+from lze_bench.sweep.manifest import load_manifest
 
 SELECTORS = ["uniform", "dapo", "astral", "hive", "lze"]
 runner = CliRunner()

@@ -215,24 +215,6 @@ def test_default_run_trains_and_raises_heldout_accuracy(tmp_path):
     assert held.iloc[-1] > initial
 
 
-def test_outcome_script_reads_ledgers_and_finds_flops_to_target(tmp_path, cache_dir, capsys):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "selection_outcomes.py"
-    spec = importlib.util.spec_from_file_location("selection_outcomes", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    run_dir = tmp_path / "u"
-    ok(train(run_dir, cache_dir, "trainer.steps=2", "trainer.eval_every=1"))
-    run = module.load_run(run_dir)
-    ledger = read_ledger(run_dir)
-    assert run["curve"][0][0] == 0.0 and [c[0] for c in run["curve"][1:]] == ledger["cum_flops"].tolist()
-    assert module.flops_to_reach(run["curve"], run["final"]) <= ledger["cum_flops"].iloc[-1]
-    assert module.flops_to_reach(run["curve"], 2.0) != module.flops_to_reach(run["curve"], 2.0)  # never: NaN
-    assert module.main([str(run_dir)]) == 0 and "uniform" in capsys.readouterr().out
-
-
 def test_kl_reference_pass_and_ppo_epochs_are_booked(tmp_path, cache_dir):
     run_dir = tmp_path / "kl"
     ok(train(run_dir, cache_dir, "trainer.steps=1", "trainer.kl_coef=0.05", "trainer.ppo_epochs=2"))

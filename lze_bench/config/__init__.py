@@ -6,8 +6,9 @@ Hydra's ConfigStore, so no search path is involved:
 * registry groups: `selector`, `backend`, `task`: one option per registry
   entry, its node the entry's `Config` dataclass (they cannot drift);
 * YAML groups: `model` (lze_bench/config/model/*.yaml), `launcher`,
-  `eval` (packaged + top-level `evals/`), `sweep` (top-level `sweeps/`), each
-  validated against its dataclass schema when stored;
+  `eval` (packaged + the `evals/` recipes), `sweep` (the `sweeps/` recipes), each
+  validated against its dataclass schema when stored; a recipe can also be given
+  as a path (`sweep=my/grid.yaml`);
 * primary configs (`train`, `replay`, `eval`, `sweep`, ...) from `CONFIGS`.
 
 `compose(name, overrides)` returns a DictConfig whose values have been checked
@@ -26,7 +27,11 @@ from lze_bench.errors import LzeBenchError
 from lze_bench.registry import BACKENDS, SELECTORS, TASKS, Registry, unknown_choice
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-REPO_DIR = PACKAGE_DIR.parent.parent
+# The recipe folders of a checkout (`sweeps/`, `evals/` beside `lze_bench/`); a wheel carries a
+# copy of them in `lze_bench/recipes/` (setup.py), so an installed lze-bench finds them anywhere.
+CHECKOUT_DIR = PACKAGE_DIR.parent.parent
+SHIPPED_RECIPES = PACKAGE_DIR.parent / "recipes"
+RECIPES_ENV = "LZE_BENCH_RECIPES"  # extra recipe roots (os.pathsep-separated), each with sweeps/ evals/
 
 CONFIGS = Registry("command config")  # primary config name -> dataclass
 
@@ -36,19 +41,32 @@ class YamlGroup:
     """A config group whose options are YAML files validated by a schema."""
 
     schema: str  # "module:attribute" of the dataclass (imported lazily)
-    folders: tuple[str, ...]  # searched in order; a later folder's file of the same name wins
+    folders: tuple[str, ...]  # packaged presets, searched first
+    recipe_folder: str = ""  # name of the user-facing recipe folder (`sweeps`, `evals`), if any
+
+    def search_path(self) -> list[Path]:
+        """Folders in the order they are read; a later folder's file of the same name wins.
+
+        Packaged presets, then the recipes shipped in the wheel, then the checkout's own
+        recipe folder, then each root of `$LZE_BENCH_RECIPES`, then `./<recipe folder>`
+        in the current directory: a user's own recipes add to or override the built-in ones.
+        """
+        folders = [Path(folder) for folder in self.folders]
+        if self.recipe_folder:
+            folders.append(SHIPPED_RECIPES / self.recipe_folder)
+            if (CHECKOUT_DIR / "pyproject.toml").is_file():
+                folders.append(CHECKOUT_DIR / self.recipe_folder)
+            roots = [root for root in os.environ.get(RECIPES_ENV, "").split(os.pathsep) if root]
+            folders += [Path(root) / self.recipe_folder for root in roots]
+            folders.append(Path(self.recipe_folder))
+        return folders
 
 
-# Folders: packaged presets first, then the repository's recipe folders, then
-# the user's current directory, so a user's own sweeps/evals are found too.
 YAML_GROUPS: dict[str, YamlGroup] = {
     "model": YamlGroup("lze_bench.config.schema:ModelConfig", (str(PACKAGE_DIR / "model"),)),
     "launcher": YamlGroup("lze_bench.launchers:LauncherConfig", (str(PACKAGE_DIR / "launcher"),)),
-    "eval": YamlGroup(
-        "lze_bench.evaluation.suites:SuiteConfig",
-        (str(PACKAGE_DIR / "eval"), str(REPO_DIR / "evals"), "evals"),
-    ),
-    "sweep": YamlGroup("lze_bench.sweep:SweepSpec", (str(REPO_DIR / "sweeps"), "sweeps")),
+    "eval": YamlGroup("lze_bench.evaluation.suites:SuiteConfig", (str(PACKAGE_DIR / "eval"),), "evals"),
+    "sweep": YamlGroup("lze_bench.sweep:SweepSpec", (), "sweeps"),
 }
 
 REGISTRY_GROUPS: dict[str, Registry] = {"selector": SELECTORS, "backend": BACKENDS, "task": TASKS}
@@ -64,6 +82,7 @@ PLUGIN_MODULES = (
 )
 
 _registered = False
+_RECIPE_FILES: dict[str, dict[str, Path]] = {}  # group -> option -> file given as a path on the command line
 
 
 def _load_attr(spec: str):
@@ -109,11 +128,11 @@ def _load_yaml(path: Path):
 def yaml_options(group: str) -> dict[str, Path]:
     """Option name -> YAML file for a YAML group (later folders win)."""
     options: dict[str, Path] = {}
-    for folder in YAML_GROUPS[group].folders:
-        folder_path = Path(folder)
+    for folder_path in YAML_GROUPS[group].search_path():
         if folder_path.is_dir():
             for path in sorted(folder_path.glob("*.yaml")):
                 options[path.stem] = path.resolve()
+    options.update(_RECIPE_FILES.get(group, {}))
     return options
 
 
@@ -136,7 +155,7 @@ def compose(name: str, overrides: list[str] | tuple[str, ...] = ()):
     register_all()
     if name not in CONFIGS:
         raise LzeBenchError(unknown_choice("command config", name, CONFIGS))
-    overrides = rewrite_model_override(list(overrides))
+    overrides = rewrite_recipe_paths(rewrite_model_override(list(overrides)))
     _check_group_choices(overrides)
     GlobalHydra.instance().clear()
     with initialize(version_base=None, config_path=None):
@@ -174,6 +193,32 @@ def rewrite_model_override(overrides: list[str]) -> list[str]:
             out += ["model=hf", f"model.path={value}"]
         else:
             out.append(item)
+    return out
+
+
+def rewrite_recipe_paths(overrides: list[str]) -> list[str]:
+    """`sweep=path/to/grid.yaml` (or `eval=...`): a recipe file outside the recipe folders.
+
+    The file becomes an option named after its stem (validated by the group's schema
+    like any other); a missing file is an error naming the key.
+    """
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    out = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep and key in YAML_GROUPS and value.endswith((".yaml", ".yml")):
+            path = Path(value).expanduser()
+            if not path.is_file():
+                raise LzeBenchError(f"{key}={value}: no such recipe file (give an existing .yaml path or a name: "
+                                    f"{', '.join(group_options(key))})")
+            schema_cls = _load_attr(YAML_GROUPS[key].schema)
+            node = OmegaConf.merge(OmegaConf.structured(schema_cls), _load_yaml(path))
+            ConfigStore.instance().store(group=key, name=path.stem, node=node)
+            _RECIPE_FILES.setdefault(key, {})[path.stem] = path.resolve()
+            item = f"{key}={path.stem}"
+        out.append(item)
     return out
 
 

@@ -1,4 +1,4 @@
-"""Benchmark evaluation: `lze-bench eval` and `lze-bench grade` (issue 5).
+"""Benchmark evaluation: `lze-bench eval` and `lze-bench grade`.
 
 Modules: benchmarks.py (BENCHMARKS registry), suites.py (the `eval` config
 group and the `eval` primary config), generation.py (hf | vllm), metrics.py,

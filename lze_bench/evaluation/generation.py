@@ -1,4 +1,4 @@
-"""Generation backends behind one interface: `hf` (transformers) and `vllm` (issue 5 "Generation").
+"""Generation backends behind one interface: `hf` (transformers) and `vllm` ("Generation").
 
     gen = load_generator(path, backend="hf", device="cpu", dtype="auto", batch_size=8)
     results = gen.generate(user_messages, Sampling(n=1, temperature=0.0, ...))  # one PromptResult each

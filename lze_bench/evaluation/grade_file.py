@@ -1,4 +1,4 @@
-"""`lze-bench grade FILE.jsonl --out OUT.jsonl`: re-grade any predictions file (issue 5).
+"""`lze-bench grade FILE.jsonl --out OUT.jsonl`: re-grade any predictions file.
 
 Rows are JSON objects with `response` (the model's full text) and `gold` (a
 string or number; normalized with style "auto": `#### 72` -> 72, `27.0` ->

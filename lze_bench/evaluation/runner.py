@@ -1,4 +1,4 @@
-"""`lze-bench eval`: generate, grade and score every benchmark of a suite (issue 5).
+"""`lze-bench eval`: generate, grade and score every benchmark of a suite.
 
     lze-bench eval model=PATH_OR_HF_ID eval=math_suite     one checkpoint
     lze-bench eval run=RUN_DIR eval=math_suite             every complete checkpoint of a run

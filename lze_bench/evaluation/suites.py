@@ -2,10 +2,10 @@
 
 A suite (evals/<name>.yaml, validated by SuiteConfig) names benchmarks and the
 sampling settings they are run with; every setting is recorded in the outputs
-(issue 5 "Generation"). The command config (EvalConfig) adds what to evaluate
+("Generation"). The command config (EvalConfig) adds what to evaluate
 (`model=PATH_OR_HF_ID`, or `run=RUN_DIR` for every checkpoint of a run) and how.
 
-Choices where the issue is silent:
+Choices where the sources are silent:
 - `eval.temperature=0` means greedy; greedy with n_samples > 1 is refused
   (it would repeat one sample and report a meaningless pass@k);
 - pass@k and maj@k are computed for every k in `eval.ks` (k <= n_samples); the

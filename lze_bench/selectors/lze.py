@@ -27,7 +27,7 @@ Choices where the spec is open (ours):
   (`rng.gumbel(size=G)`), same `k` schedule, dead groups never kept.
 * `select_update` on a batch `observe` has not seen is an error.
 
-Speed (issue: < 50 ms per step at 10^6 prompts; every decision, the rng
+Speed (goal: < 50 ms per step at 10^6 prompts; every decision, the rng
 stream and the state bit-identical to the straightforward formulas):
 0/1 rewards take `reward_stats`' popcount path (which also proves them in
 [0, 1]); `LzeState.observe` batches its random accesses and blocks its

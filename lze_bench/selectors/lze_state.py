@@ -6,7 +6,7 @@ batch), so a step costs O(G), never a Python loop over prompts; a batch
 covering >= 1/4 of the prompts adds a few sequential O(N) byte passes
 (`marks`) that are cheaper than the per-id updates they replace.
 
-Speed at 10^6 prompts (issue: < 50 ms per step, same decisions) is mostly
+Speed at 10^6 prompts (< 50 ms per step, same decisions) is mostly
 random memory access: next to a 32 MB reward batch the per-prompt arrays
 do not stay in cache, so each random read or write costs a cache miss.
 Measured choices (ours; values, dtypes and layout of the state unchanged):

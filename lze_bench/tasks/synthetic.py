@@ -1,6 +1,6 @@
 """Synthetic verifiable math: multi-step integer addition with worked solutions.
 
-The training task of the embedded backend (issue 4 "Task"). A problem is a
+The training task of the embedded backend ("Task"). A problem is a
 two-digit start plus distinct one-digit terms; the worked solution takes one
 short line per addition, then boxes the answer:
 
@@ -15,8 +15,8 @@ Levels (`LEVELS`): 1, 2, 3, 4, 6 and 8 steps. Answers are graded by
 `lze_bench.grading` from the final `\\boxed{}`.
 
 How the regime "easiest almost always, hardest almost never, middle
-sometimes" is made (measured while building issue 4, 0.9 M-parameter
-policy, 300-step warm start; numbers in the issue-4 report):
+sometimes" is made (measured while building the task, 0.9 M-parameter
+policy, 300-step warm start; numbers in the README):
 - the warm start's `sft` split holds worked chains up to `sft_max_level` (5,
   six steps); level 6 (eight steps) is never shown, and the policy does not
   extend chains it has not seen (held-out 0-2%);
@@ -30,7 +30,7 @@ policy, 300-step warm start; numbers in the issue-4 report):
   which term comes next (4-step chains 15-24%); subtraction mixed in, or a
   rewrite format (`=16+3+9+2` per line), learned far slower in 300 steps.
 
-Choices where the issue is silent:
+Choices where the sources are silent:
 - splits are generated from independent streams of one seed
   (`numpy.random.default_rng([seed, SPLIT_TAG])`), levels cycle through the
   range so every split is balanced, and `train` and `sft` never contain a

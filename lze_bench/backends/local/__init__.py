@@ -1,4 +1,4 @@
-"""The embedded default backend: a tiny HF policy trained by our compact GRPO loop (issue 4).
+"""The embedded default backend: a tiny HF policy trained by our compact GRPO loop.
 
 Registered here and kept light: torch and transformers load inside `train`.
 `LocalBackendConfig` holds the knobs only this backend has; the GRPO knobs

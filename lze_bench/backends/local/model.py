@@ -6,7 +6,7 @@ as an ordinary HF checkpoint directory (`save_pretrained`), so
 `lze-bench eval model=PATH` treats it like any model. `model.path` instead
 loads any HF causal LM (with its own tokenizer).
 
-Choices where the issue is silent: untied input/output embeddings (the Llama
+Choices where the sources are silent: untied input/output embeddings (the Llama
 default); attention implementation `sdpa`; weights initialised by
 `torch.manual_seed(init_seed)` before construction, so the same config gives
 the same initial weights on every machine of the same torch version.

@@ -1,11 +1,11 @@
 """The character tokenizer of the tiny policy, a normal Hugging Face fast tokenizer.
 
-Built with the `tokenizers` library (issue 4 "Policy": "a tokenizer the
+Built with the `tokenizers` library (a tokenizer the
 project builds"): one token per character of printable ASCII (0x20-0x7E) plus
 newline and tab, and four specials. Any other character (real benchmark text
 has Unicode) maps to `<unk>`, so every text tokenizes; nothing is dropped.
 
-Choices where the issue is silent:
+Choices where the sources are silent:
 - model: BPE with an empty merge list = exactly one token per character, with
   `<unk>` for characters outside the vocabulary; no normalizer and no
   pre-tokenizer, so spaces are ordinary tokens and decoding is lossless

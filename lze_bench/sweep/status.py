@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lze_bench.errors import LzeBenchError
-from lze_bench.sweep_manifest import FINAL, derive_status, progress, require_manifest
+from lze_bench.sweep.manifest import FINAL, derive_status, progress, require_manifest
 
 STYLE = {"done": "green", "failed": "red", "running": "cyan", "queued": "yellow", "new": "dim", "unknown": "magenta"}
 
@@ -54,7 +54,7 @@ def jobs_table(sweep_dir: Path, data: dict, title: str | None = None) -> Group:
 def sorted_jobs(data: dict) -> list[tuple[str, dict]]:
     """Jobs in the reports' selector order (uniform, dapo, astral, hive, lze, others), then seed, then name
     (the manifest itself is written with sorted keys)."""
-    from lze_bench.plots import order
+    from lze_bench.report.plots import order
 
     rank = {name: i for i, name in enumerate(order({e.get("selector", "") for e in data["jobs"].values()}))}
     return sorted(data["jobs"].items(), key=lambda kv: (rank.get(kv[1].get("selector", ""), 99),
@@ -106,7 +106,7 @@ class SweepDisplay:
 
 def current(sweep_dir: Path) -> dict:
     """The manifest with every status derived now (read-only: the submitter owns the file)."""
-    from lze_bench.sweep_scheduler import scheduler_states
+    from lze_bench.sweep.scheduler import scheduler_states
 
     data = require_manifest(sweep_dir)
     kind = data.get("launcher", {}).get("name", "local")
@@ -139,9 +139,9 @@ def status_command(args: list[str]) -> None:
             time.sleep(every)
 
 
-def print_plan(plan, sweep_dir: Path) -> None:
+def print_plan(plan, sweep_dir: Path, sbatch_script: str | None = None) -> None:
     """`--dry-run`: the jobs, their pairing and (Slurm) the sbatch script; nothing is written."""
-    from lze_bench.sweep_manifest import load_manifest
+    from lze_bench.sweep.manifest import load_manifest
 
     console = Console()
     old = (load_manifest(plan.sweep_dir) or {}).get("jobs", {})
@@ -167,8 +167,6 @@ def print_plan(plan, sweep_dir: Path) -> None:
     launcher = plan.launcher
     console.print(f"launcher: {launcher.get('name')} (array_parallelism={launcher.get('array_parallelism')}, "
                   f"cpus_per_task={launcher.get('cpus_per_task')}, timeout_min={launcher.get('timeout_min')})", highlight=False)
-    if launcher.get("name") == "slurm":
-        from lze_bench.sweep_submit import sbatch_preview
-
+    if sbatch_script is not None:
         console.print("sbatch script submitit would submit:", highlight=False)
-        console.print(sbatch_preview(plan, len(plan.jobs)), markup=False, highlight=False, soft_wrap=True)
+        console.print(sbatch_script, markup=False, highlight=False, soft_wrap=True)

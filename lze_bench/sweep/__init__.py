@@ -1,4 +1,4 @@
-"""`lze-bench sweep`: many `train` runs, submitted with submitit (issue 6, design.md "Data flows one way").
+"""`lze-bench sweep`: many `train` runs, submitted with submitit (design.md "Data flows one way").
 
     lze-bench sweep sweep=quickstart                        # a recipe from sweeps/quickstart.yaml
     lze-bench sweep selector=uniform,lze seed=0,1 trainer.steps=20   # inline multirun
@@ -9,10 +9,10 @@ Arguments are split in two: the sweep's own keys (`sweep=NAME`, `sweep.*`,
 `sweep_dir=`, `wait=`, `poll_s=`), composed as the primary config `sweep`; and
 everything else, which are `train` overrides, where `key=a,b` (Hydra's
 multirun syntax, also `range(0,3)`) adds a grid axis. One job per grid point
-(sweep_grid.py); jobs, run dirs and statuses are kept in `<sweep_dir>/manifest.json`
-(sweep_manifest.py); submission and waiting are in sweep_submit.py.
+(grid.py); jobs, run dirs and statuses are kept in `<sweep_dir>/manifest.json`
+(manifest.py); submission and waiting are in submit.py.
 
-Choices where the issue is silent:
+Choices where the sources are silent:
 * default sweep_dir: `runs/sweeps/<name>`, where name is the spec's `name`, else
   the recipe file's name, else `multirun-<hash of the overrides>`, so running the
   same command again finds the same directory (and skips finished jobs);
@@ -113,7 +113,7 @@ def sweep_name(spec_name: str | None, sweep_args: list[str], train_args: list[st
     for item in sweep_args:
         key, _, value = item.partition("=")
         if key.lstrip("+") == "sweep" and value:
-            return value
+            return Path(value).stem if value.endswith((".yaml", ".yml")) else value
     digest = hashlib.sha256("\n".join(train_args).encode()).hexdigest()[:8]
     return f"multirun-{digest}"
 
@@ -121,7 +121,7 @@ def sweep_name(spec_name: str | None, sweep_args: list[str], train_args: list[st
 def main(args: list[str], dry_run: bool = False) -> None:
     """CLI entry: `status DIR [--watch]`, or plan (and unless dry_run, submit) a sweep."""
     if args and args[0] == "status":
-        from lze_bench.sweep_status import status_command
+        from lze_bench.sweep.status import status_command
 
         status_command(args[1:])
         return
@@ -137,14 +137,16 @@ def main(args: list[str], dry_run: bool = False) -> None:
             "nothing to sweep: pass sweep=NAME (a YAML in sweeps/) or train overrides with "
             "comma lists, e.g. selector=uniform,lze seed=0,1"
         )
-    from lze_bench.sweep_grid import plan_jobs
+    from lze_bench.sweep.grid import plan_jobs
 
     plan = plan_jobs(spec, train_args, sweep_dir.resolve(), name=name)
     if dry_run:
-        from lze_bench.sweep_status import print_plan
+        from lze_bench.sweep.status import print_plan
+        from lze_bench.sweep.submit import sbatch_preview
 
-        print_plan(plan, sweep_dir)
+        slurm = plan.launcher.get("name") == "slurm"
+        print_plan(plan, sweep_dir, sbatch_preview(plan, len(plan.jobs)) if slurm else None)
         return
-    from lze_bench.sweep_submit import run_sweep
+    from lze_bench.sweep.submit import run_sweep
 
     run_sweep(plan, wait=command.wait, poll_s=command.poll_s, command_line=args)

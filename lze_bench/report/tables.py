@@ -1,6 +1,6 @@
 """Tables 1 and 2 of the report, as DataFrames (numbers) and as Markdown / LaTeX (booktabs) text.
 
-Statistics (the issue asks for mean ± 95% CI over seeds): a Student-t interval,
+Statistics (mean ± 95% CI over seeds): a Student-t interval,
 mean ± t(0.975, n-1) · sd / sqrt(n) with the sample sd (ddof=1); one seed gives
 no interval (shown as the mean alone). t quantiles: a table for df <= 30, the
 Cornish-Fisher expansion beyond (error < 1e-3), so SciPy is not needed.
@@ -75,7 +75,7 @@ def table1(summary: pd.DataFrame, benchmarks: list[str]) -> pd.DataFrame:
 
 def _baseline_first(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows in the figures' order: uniform, dapo, astral, hive, lze, then other labels sorted."""
-    from lze_bench.plots import order
+    from lze_bench.report.plots import order
 
     return frame.set_index("label").loc[order(frame["label"])].reset_index()
 
@@ -118,7 +118,7 @@ def table2(reached: pd.DataFrame) -> pd.DataFrame:
         for col in ("flops_to_target", "flops_ratio", "time_to_target_s", "time_ratio"):
             row[col], row[f"{col}_ci"], _ = mean_ci(group[col])
         rows.append(row)
-    from lze_bench.plots import order
+    from lze_bench.report.plots import order
 
     frame = pd.DataFrame(rows)
     rank = {label: i for i, label in enumerate(order(frame["label"]))}

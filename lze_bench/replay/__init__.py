@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from lze_bench.errors import LzeBenchError
-from lze_bench.replay_log import RolloutLogData, read_log
+from lze_bench.replay.log import RolloutLogData, read_log
 from lze_bench.selectors import build_selector
 from lze_bench.selectors.astral import AstralSelector, newest_per_prompt
 from lze_bench.selectors.base import (

@@ -1,4 +1,4 @@
-"""The sweep manifest (`<sweep_dir>/manifest.json`) and each job's status (issue 6).
+"""The sweep manifest (`<sweep_dir>/manifest.json`) and each job's status.
 
 The manifest maps job name -> overrides, run dir (relative to the sweep dir, so a
 sweep directory can be moved or copied), config hash, pair key, submitit job id,

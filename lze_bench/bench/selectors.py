@@ -13,7 +13,7 @@ embeddings) are not timed: the features are precomputed arrays.
 
 ASTRAL re-predicts every prompt at each round start, O(N * ref_size * d):
 it is reported as two rows, a round-start step and a mid-round step.
-Goal (issue 3): < 50 ms per step at 10^6 prompts on one core for the
+Goal: < 50 ms per step at 10^6 prompts on one core for the
 selectors that score recorded statistics (all but astral's round start).
 
 Options: sizes=10000,100000,1000000 repeats=3 samples=8 warmup=2
@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from lze_bench.benchmarks import BenchResult
+from lze_bench.bench import BenchResult
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import BENCH_COMMANDS, SELECTORS
 

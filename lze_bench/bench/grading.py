@@ -1,4 +1,4 @@
-"""`lze-bench bench grading`: answers graded per second and per CPU-second (issue 5).
+"""`lze-bench bench grading`: answers graded per second and per CPU-second.
 
 Workloads are built from the real benchmark files (shared/data): each
 response is a real worked solution (GSM8K `answer` text, MATH-500 `solution`)
@@ -31,7 +31,7 @@ import re
 import time
 from pathlib import Path
 
-from lze_bench.benchmarks import BenchResult
+from lze_bench.bench import BenchResult
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import BENCH_COMMANDS
 

@@ -4,7 +4,7 @@ Sources, per run: `config.yaml` (selector, seed), `ledger.parquet`,
 `rollouts.parquet` (+ part files) and `evals.parquet`, all through
 lze_bench.ledger's readers. Nothing imports torch or a backend.
 
-Choices where the issue is silent:
+Choices where the sources are silent:
 * which runs: a sweep directory's manifest names them (job -> run dir); any other
   folder is searched (two levels deep) for run directories (ledger.parquet).
   Only finished runs (DONE) are reported; unfinished ones are named in a warning,
@@ -63,7 +63,7 @@ def _read_config(run_dir: Path) -> dict:
 
 
 def _label(axes: dict, selector: str) -> str:
-    from lze_bench.sweep_grid import job_name
+    from lze_bench.sweep.grid import job_name
 
     rest = {k: v for k, v in axes.items() if k not in ("seed", "selector")}
     return job_name({"selector": selector, **rest}) if rest else selector
@@ -71,7 +71,7 @@ def _label(axes: dict, selector: str) -> str:
 
 def discover(root: Path) -> list[tuple[Path, dict]]:
     """(run dir, grid values) of every run under a sweep dir (manifest) or a plain folder."""
-    from lze_bench.sweep_manifest import load_manifest, run_dir_of
+    from lze_bench.sweep.manifest import load_manifest, run_dir_of
 
     manifest = load_manifest(root)
     if manifest is not None:

@@ -1,13 +1,13 @@
-"""`lze-bench report DIR`: paper tables and plots from ledgers and eval results (issue 6).
+"""`lze-bench report DIR`: paper tables and plots from ledgers and eval results.
 
-Reads files only (report_data: config.yaml, ledger.parquet, rollouts, evals.parquet)
+Reads files only (data.py: config.yaml, ledger.parquet, rollouts, evals.parquet)
 and writes `<out_root>/<name>/`:
 
     report.md                 both tables (Markdown) and the figures, with definitions
     table1.md table1.tex      per selector: final accuracy per benchmark (mean ± 95% CI
                               over seeds), rollout/train/total FLOPs, kept fraction, wall time
     table2.md table2.tex      FLOPs and wall time to reach uniform's final accuracy, as a
-                              ratio to uniform (definition: report_tables)
+                              ratio to uniform (definition: tables.py)
     table1.csv table2.csv     the tables' numbers (means, CI half-widths, counts)
     runs.csv reach.csv        per-seed numbers behind them
     accuracy_vs_flops, kept_fraction, pass_rate_distribution, zero_variance  (.png + .pdf)
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from lze_bench.report_data import accuracy_points, load_runs, pass_rates, per_step, run_summary
-from lze_bench.report_format import latex, markdown, table1_cells, table2_cells
-from lze_bench.report_tables import BASELINE, benchmarks_of, reach, table1, table2
+from lze_bench.report.data import accuracy_points, load_runs, pass_rates, per_step, run_summary
+from lze_bench.report.formats import latex, markdown, table1_cells, table2_cells
+from lze_bench.report.tables import BASELINE, benchmarks_of, reach, table1, table2
 from lze_bench.rundir import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ def write_tables(report: dict, out: Path) -> dict[str, str]:
 
 
 def write_plots(report: dict, out: Path) -> list[Path]:
-    from lze_bench import plots
+    from lze_bench.report import plots
 
     runs = report["runs"]
     colors = plots.colors_for({r.label for r in runs})

@@ -1,8 +1,8 @@
-"""Submit a sweep's jobs with submitit and wait for them (issue 6).
+"""Submit a sweep's jobs with submitit and wait for them.
 
 * `launcher=slurm`: one Slurm job array through `sbatch` (submitit's SlurmExecutor),
   `%array_parallelism` jobs at once, requeued on preemption/time-out by
-  submitit's checkpoint protocol (sweep_job.TrainJob.checkpoint).
+  submitit's checkpoint protocol (job.TrainJob.checkpoint).
 * `launcher=local`: submitit's LocalExecutor, one process per job. It starts
   every job it is given at once, so this module hands it at most
   `launcher.array_parallelism` jobs at a time and submits the next as one ends;
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from lze_bench.errors import LzeBenchError
-from lze_bench.sweep_manifest import (
+from lze_bench.sweep.manifest import (
     FINAL,
     SUBMITIT,
     derive_status,
@@ -35,8 +35,8 @@ from lze_bench.sweep_manifest import (
     run_dir_of,
     save_manifest,
 )
-from lze_bench.sweep_scheduler import scheduler_states
-from lze_bench.sweep_status import SweepDisplay
+from lze_bench.sweep.scheduler import scheduler_states
+from lze_bench.sweep.status import SweepDisplay
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def refresh(plan, data: dict, kind: str) -> dict[str, tuple[str, str | None]]:
 
 
 def submit(executor, plan, data: dict, names: list[str]) -> None:
-    from lze_bench.sweep_job import TrainJob
+    from lze_bench.sweep.job import TrainJob
 
     by_name = {job.name: job for job in plan.jobs}
     calls = [TrainJob(by_name[n].overrides, str(by_name[n].run_dir), by_name[n].config_hash) for n in names]

@@ -54,7 +54,7 @@ def machine_info() -> dict:
 
 def _load_modules() -> None:
     for name in BENCH_MODULES:
-        importlib.import_module(f"lze_bench.benchmarks.{name}")
+        importlib.import_module(f"lze_bench.bench.{name}")
 
 
 def parse_options(args: list[str]) -> dict[str, str]:

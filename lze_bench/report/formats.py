@@ -2,7 +2,7 @@
 
 Display choices: accuracy in percent with one decimal; FLOPs in 3 significant
 digits (`1.23e15`, in LaTeX `1.23\\times10^{15}`); ratios with two decimals;
-"± x" is the 95% CI half-width over seeds (report_tables.mean_ci), left out
+"± x" is the 95% CI half-width over seeds (tables.mean_ci), left out
 for a single seed; wall time in seconds below 2 minutes, else minutes.
 """
 

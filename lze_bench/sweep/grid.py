@@ -10,7 +10,7 @@ it will run (so a bad key fails before anything is submitted) and gets:
   launcher), which detects a re-run whose config changed under the same name;
 * `pair_key`: the same hash with the selector removed. Jobs with equal pair keys
   differ only in the selector, so they share the data order (seeded by `seed`)
-  and the warm start (cached by its config hash): they are *paired* (issue 6).
+  and the warm start (cached by its config hash): they are *paired*.
   The manifest lists each pair group.
 """
 

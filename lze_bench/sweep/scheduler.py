@@ -3,7 +3,7 @@
 Slurm: `squeue --me -r` (one line per array element). squeue needs no
 accounting database, unlike submitit's own watcher (sacct), so this works on
 a bare single-node cluster too; a job that squeue no longer lists and that
-left no result has failed (sweep_manifest.derive_status).
+left no result has failed (manifest.derive_status).
 
 Local: the job id is the pid of submitit's controller process; it is alive
 when /proc shows it, not a zombie, and still running submitit (a pid reused

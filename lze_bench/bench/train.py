@@ -1,4 +1,4 @@
-"""`lze-bench bench train`: the local backend's measured throughput on this device (issue 4).
+"""`lze-bench bench train`: the local backend's measured throughput on this device.
 
 Runs a short real training run (`lze-bench train` with the options given as
 overrides) in a temporary run directory and reads its ledger: generation
@@ -21,7 +21,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from lze_bench.benchmarks import BenchResult
+from lze_bench.bench import BenchResult
 from lze_bench.registry import BENCH_COMMANDS
 
 DEFAULTS = {"trainer.steps": "4", "trainer.eval_every": "0", "backend.warmstart_steps": "0"}

@@ -1,0 +1,58 @@
+"""A non-editable install (the built wheel in a fresh virtual environment) finds the
+built-in recipes from any directory, and a `./sweeps` folder there adds its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(root / "dist"), str(REPO)], check=True)
+    wheel = next((root / "dist").glob("lze_bench-*.whl"))
+    env_dir = root / "venv"
+    # the project's dependencies come from the running interpreter; lze_bench from the wheel only
+    venv.create(env_dir, system_site_packages=True, with_pip=False)
+    python = env_dir / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                    str(wheel)], check=True)
+    return env_dir
+
+
+def run_cli(env_dir: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LZE_BENCH_RECIPES")}
+    return subprocess.run([str(env_dir / "bin" / "lze-bench"), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_wheel_finds_builtin_and_local_recipes(wheel_venv, tmp_path):
+    where = subprocess.run([str(wheel_venv / "bin" / "python"), "-c", "import lze_bench; print(lze_bench.__file__)"],
+                           cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert str(wheel_venv) in where and str(REPO) not in where  # the wheel, not the checkout
+    sweep = run_cli(wheel_venv, tmp_path, "sweep", "sweep=quickstart", "--dry-run")
+    assert sweep.returncode == 0, sweep.stderr + sweep.stdout
+    assert "quickstart" in sweep.stdout
+    evaluation = run_cli(wheel_venv, tmp_path, "eval", f"model={tmp_path / 'm'}", "eval=math_suite", "--dry-run")
+    assert evaluation.returncode == 0, evaluation.stderr + evaluation.stdout
+    assert "math500" in evaluation.stdout
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "mine.yaml").write_text("grid:\n  seed: [0, 1, 2]\n")
+    mine = run_cli(wheel_venv, tmp_path, "sweep", "sweep=mine", "--dry-run")
+    assert mine.returncode == 0, mine.stderr + mine.stdout
+    assert "3 jobs" in mine.stdout
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "grid.yaml").write_text("grid:\n  seed: [0, 1]\n")
+    by_path = run_cli(wheel_venv, tmp_path, "sweep", "sweep=elsewhere/grid.yaml", "--dry-run")
+    assert by_path.returncode == 0 and "2 jobs" in by_path.stdout, by_path.stderr + by_path.stdout
+    missing = run_cli(wheel_venv, tmp_path, "sweep", "sweep=nowhere.yaml", "--dry-run")
+    assert missing.returncode == 2 and "sweep=nowhere.yaml" in missing.stderr + missing.stdout

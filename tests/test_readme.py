@@ -1,0 +1,33 @@
+"""Every `--dry-run` command the README shows runs as written (from an empty directory)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lze_bench.cli import app
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_dry_runs() -> list[str]:
+    """Lines of the README's ```bash blocks that start with `lze-bench` and pass --dry-run."""
+    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
+    lines = [line.split("#")[0].strip() for block in blocks for line in block.splitlines()]
+    return [line for line in lines if line.startswith("lze-bench ") and "--dry-run" in line]
+
+
+def test_readme_has_dry_run_examples():
+    assert len(readme_dry_runs()) >= 3
+
+
+@pytest.mark.parametrize("command", readme_dry_runs())
+def test_readme_dry_run_command_runs_as_written(command, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, shlex.split(command)[1:])
+    assert result.exit_code == 0, f"{command}\n{result.output}"
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("ledger.parquet"))
