@@ -219,6 +219,46 @@ def test_kl_reference_pass_and_ppo_epochs_are_booked(tmp_path, cache_dir):
     run_dir = tmp_path / "kl"
     ok(train(run_dir, cache_dir, "trainer.steps=1", "trainer.kl_coef=0.05", "trainer.ppo_epochs=2"))
     row = read_ledger(run_dir).iloc[0]
-    # one reference forward F(L) per trained sequence; 3·F(L) per sequence per PPO epoch
-    assert row["flops_logprob"] > 0 and row["flops_train"] == 2 * 3 * row["flops_logprob"]
+    # old-policy + reference forward, F(L) each per trained sequence; 3·F(L) per sequence per PPO epoch
+    assert row["flops_logprob"] > 0 and row["flops_train"] == 2 * 3 * (row["flops_logprob"] // 2)
+    assert row["flops_logprob"] % 2 == 0
     assert row["trained_tokens"] == 2 * (row["prompt_tokens"] + row["generated_tokens"])
+
+
+def test_flop_budget_stops_at_the_first_step_reaching_it_and_resumes_exactly(tmp_path, cache_dir):
+    """design.md "Equal compute": stop at the first step boundary with cum_flops >= budget; evals at
+    each crossing of a multiple of eval_every_flops and at the end; a killed run resumes to the same ledger."""
+    import json
+
+    reference = tmp_path / "reference"
+    ok(train(reference, cache_dir, "trainer.steps=4", "trainer.eval_every=0"))
+    cum = read_ledger(reference)["cum_flops"].to_numpy()
+    assert read_ledger(reference)["flops_logprob"].gt(0).all()  # the default books the old-log-prob pass
+    budget, every = float(cum[1]) + 1.0, float(cum[0]) * 0.75  # step 2 is the first to reach the budget
+    args = ["trainer.steps=10", f"trainer.flop_budget={budget!r}", f"trainer.eval_every_flops={every!r}",
+            "trainer.eval_every=0", "trainer.checkpoint_every=1"]
+    run_dir = tmp_path / "budget"
+    ok(train(run_dir, cache_dir, *args, "backend.stop_after_steps=2"))
+    assert not is_done(run_dir)
+    ok(train(run_dir, cache_dir, *args))
+    ledger = read_ledger(run_dir)
+    assert ledger["step"].tolist() == [0, 1, 2] and ledger["cum_flops"].iloc[-2] < budget <= ledger["cum_flops"].iloc[-1]
+    same = [c for c in LEDGER_COLUMNS if c not in TIME_COLUMNS and c != "heldout_accuracy"]
+    pd.testing.assert_frame_equal(ledger[same], read_ledger(reference)[same].iloc[:3])
+    before = np.concatenate([[0.0], cum[:2]])
+    crossed = np.floor(cum[:3] / every) > np.floor(before / every)
+    crossed[-1] = True  # the last step is always evaluated
+    assert ledger["heldout_accuracy"].notna().tolist() == crossed.tolist()
+    done = json.loads((run_dir / "DONE").read_text())
+    assert done["stopped_by"] == "budget" and done["flop_budget"] == budget
+
+    capped = tmp_path / "capped"
+    ok(train(capped, cache_dir, "trainer.steps=2", "trainer.flop_budget=1e30"))
+    assert json.loads((capped / "DONE").read_text())["stopped_by"] == "steps"
+    assert read_ledger(capped)["heldout_accuracy"].notna().iloc[-1]
+
+
+def test_openrlhf_refuses_a_flop_budget_it_cannot_honour(tmp_path):
+    result = runner.invoke(app, ["train", "backend=openrlhf", "model=hf", "model.path=x", "trainer.flop_budget=1e12",
+                                 f"run_dir={tmp_path / 'x'}"])
+    assert "trainer.flop_budget" in one_error_line(result)

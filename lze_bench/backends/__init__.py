@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 
+from lze_bench.errors import LzeBenchError
 from lze_bench.registry import BACKENDS
 
 BACKEND_MODULES = ("local", "openrlhf")
@@ -18,5 +19,16 @@ for _module in BACKEND_MODULES:
 
 
 def run_training(cfg):
-    """Run `lze-bench train` with the composed config on its backend; returns the run dir."""
-    return BACKENDS[cfg.backend.name].train(cfg)
+    """Run `lze-bench train` with the composed config on its backend; returns the run dir.
+
+    A backend that does not stop on `trainer.flop_budget` / evaluate on
+    `trainer.eval_every_flops` (no `honours_flop_budget = True`) is refused
+    them, rather than running a comparison on the wrong compute.
+    """
+    backend = BACKENDS[cfg.backend.name]
+    if not getattr(backend, "honours_flop_budget", False):
+        for key in ("flop_budget", "eval_every_flops"):
+            if cfg.trainer.get(key) is not None:
+                raise LzeBenchError(f"trainer.{key}: backend={cfg.backend.name} does not honour it yet; "
+                                    f"drop it and bound the run with trainer.steps")
+    return backend.train(cfg)

@@ -34,8 +34,10 @@ def check_device(value: str, key: str = "device") -> None:
 class TrainerConfig:
     """GRPO knobs every backend honours (backend-only knobs live under `backend.*`)."""
 
-    steps: int = 60  # actor updates
+    steps: int = 60  # actor updates; with flop_budget set, a cap (the run says which one stopped it)
+    flop_budget: Optional[float] = None  # stop at the first step with ledger cum_flops >= this (design.md "Equal compute"); null = off
     eval_every: int = 10  # held-out eval every K steps (0 = only at the end)
+    eval_every_flops: Optional[float] = None  # also eval at each step whose cum_flops crosses a multiple of this; null = off
     checkpoint_every: int = 20  # HF checkpoint + selector state every K steps (and at the end)
     batch_size: int = 16  # prompts per actor update = the selectors' budget
     n_samples: int = 8  # responses per prompt (group size)
@@ -50,6 +52,7 @@ class TrainerConfig:
     kl_coef: float = 0.0  # KL to the reference policy (0 = no reference pass)
     ppo_epochs: int = 1  # passes over the kept groups per step
     micro_batch_size: int = 32  # sequences per forward/backward chunk
+    old_logprob_pass: bool = True  # forward over the trained sequences before the update, as OpenRLHF/verl's make_experience (design.md "FLOP accounting")
     scale_rewards: bool = True  # GRPO: divide advantages by the group std (Dr.GRPO: false)
 
     def __post_init__(self):
@@ -59,6 +62,9 @@ class TrainerConfig:
         for key in ("eval_every", "checkpoint_every"):
             value = getattr(self, key)
             require(value >= 0, f"trainer.{key}", f"must be >= 0 (0 = only at the end), got {value}")
+        for key in ("flop_budget", "eval_every_flops"):
+            value = getattr(self, key)
+            require(value is None or value > 0, f"trainer.{key}", f"must be > 0 FLOPs or null (off), got {value}")
         require(self.lr > 0, "trainer.lr", f"must be > 0, got {self.lr}")
         require(self.temperature > 0, "trainer.temperature", f"must be > 0, got {self.temperature}")
         require(0 < self.top_p <= 1, "trainer.top_p", f"must be in (0, 1], got {self.top_p}")

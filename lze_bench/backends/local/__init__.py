@@ -10,9 +10,10 @@ per forward pass over L tokens; details in trainer.py / grpo.py / features.py):
               probes included                                  -> flops_rollout
   reference   one forward per trained sequence when trainer.kl_coef > 0
                                                                -> flops_logprob
-  old policy  none: each PPO epoch is one optimizer step over the whole kept
-              batch, so pi_old is the detached log-prob of the first epoch's
-              own forward pass (no extra pass, nothing booked)
+  old policy  one no-grad forward per trained sequence before the update
+              (trainer.old_logprob_pass, default true: the pass OpenRLHF's
+              make_experience and verl's compute_log_prob run); false runs
+              and books none                                   -> flops_logprob
   update      3·F(L) per trained sequence per PPO epoch        -> flops_train
   selection   prompt entropy (current policy) and prompt embeddings (initial
               policy, once for all prompts) on request, F(prompt) each
@@ -62,6 +63,7 @@ class LocalBackendConfig:
 @BACKENDS.add("local")
 class LocalBackend:
     Config = LocalBackendConfig
+    honours_flop_budget = True  # trainer.py stops on trainer.flop_budget, evals on trainer.eval_every_flops
 
     @staticmethod
     def train(cfg):

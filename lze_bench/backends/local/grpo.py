@@ -19,10 +19,17 @@ Choices where the sources differ or are silent:
   GRPO estimator); `trainer.scale_rewards=false` gives Dr.GRPO's `r - mean`;
   a zero-variance group has A = 0 and is still trained on when a selector keeps
   it (uniform: identical tokens and FLOPs to plain GRPO);
+- pi_old (`trainer.old_logprob_pass`, default true): as OpenRLHF 0.11.2
+  (`make_experience`: the actor's `action_log_probs`) and verl
+  (`compute_log_prob` before `update_actor`), a no-grad forward of the current
+  policy over every trained sequence before the update gives the old
+  log-probs the PPO ratio is taken against; it is run and booked as one F(L)
+  per trained sequence (flops_logprob), so the update costs what it costs on
+  the scale path. With `false`, pi_old is the detached log-prob of the first
+  epoch's own forward pass (the same numbers, no pass run, nothing booked);
 - each PPO epoch is one AdamW step over the whole kept batch (gradients
-  accumulated over micro-batches), so pi_old is the detached log-prob of the
-  first epoch's own forward pass: no separate old-log-prob pass is run or
-  booked; with `ppo_epochs=1` the clip never binds on fresh groups;
+  accumulated over micro-batches); with `ppo_epochs=1` the clip never binds on
+  fresh groups (r = 1 at the only step);
 - micro-batches are length-sorted and right-padded (no attention mask: a
   causal LM never looks right); `grad_clip` on the global norm; constant lr;
 - the reference policy (when `kl_coef > 0`) is the initial policy (warm start).
@@ -115,14 +122,20 @@ def grpo_update(model, optimizer, groups: list[Group], trainer_cfg, flop_model, 
         with torch.no_grad():
             for c, idx in enumerate(chunks):
                 ref_logp[c] = sequence_logprobs(ref_model, [seqs[i] for i in idx], plens[idx], pad_id, temperature)[0]
-        stats.flops_logprob = flop_model.logprob(lengths)
+        stats.flops_logprob += flop_model.logprob(lengths)
     old_logp = [None] * len(chunks)
+    if trainer_cfg.old_logprob_pass:
+        model.eval()
+        with torch.no_grad():
+            for c, idx in enumerate(chunks):
+                old_logp[c] = sequence_logprobs(model, [seqs[i] for i in idx], plens[idx], pad_id, temperature)[0]
+        stats.flops_logprob += flop_model.logprob(lengths)
     model.train()
     loss_sum, kl_sum, clipped = 0.0, 0.0, 0.0
     for epoch in range(trainer_cfg.ppo_epochs):
         for c, idx in enumerate(chunks):
             logp, mask = sequence_logprobs(model, [seqs[i] for i in idx], plens[idx], pad_id, temperature)
-            if epoch == 0:
+            if old_logp[c] is None:  # no old-log-prob pass: pi_old = this first epoch's own forward
                 old_logp[c] = logp.detach()
             old = old_logp[c]
             mu = torch.where(torch.as_tensor(replayed[idx], device=device)[:, None],

@@ -13,6 +13,15 @@ the 0-based step `t` the selectors see; the checkpoint after update `t` is
 `checkpoints/step_{t+1}` (K = updates done); the held-out accuracy in row `t`
 is that of the policy after update `t`.
 
+Stopping (design.md "Equal compute"): with `trainer.flop_budget` set, the run
+ends at the first step boundary where the ledger's `cum_flops` reaches the
+budget, and `trainer.steps` is a cap; DONE records which one stopped it
+(`stopped_by: budget|steps`). Held-out evals: after every `eval_every` steps,
+after each step whose `cum_flops` crosses a multiple of `eval_every_flops`
+(so selectors that spend different FLOPs per step are measured at the same
+compute), and always after the last step. Every decision is a function of the
+ledger, so a resumed run stops and evaluates where an unbroken one does.
+
 Resume: the same command on an unfinished run directory continues from its
 last complete checkpoint: ledger, rollout log and heldout.jsonl are cut back to
 it and the steps after it are run again, so no step is missing or doubled. A
@@ -29,6 +38,7 @@ from pathlib import Path
 
 from lze_bench import __version__
 from lze_bench.errors import LzeBenchError
+from lze_bench.ledger import FLOP_PARTS
 from lze_bench.rundir import (CONFIG, atomic_write_text, config_hash, default_run_dir, git_commit,
                               latest_checkpoint, mark_done, refuse_finished)
 
@@ -200,8 +210,17 @@ class _Session:
         _write_heldout(self.run_dir, self.heldout)
         return result
 
-    def _due(self, every: int, updates: int) -> bool:
-        return updates >= self.cfg.trainer.steps or (every > 0 and updates % every == 0)
+    def stop_reason(self, cum_flops: float) -> str | None:
+        """"budget" once `cum_flops` reaches trainer.flop_budget, else "steps" at the step cap, else None."""
+        trainer = self.cfg.trainer
+        if trainer.flop_budget is not None and cum_flops >= trainer.flop_budget:
+            return "budget"
+        return "steps" if self.updates >= trainer.steps else None
+
+    def _eval_due(self, before: float, after: float, last: bool) -> bool:
+        every, every_flops = self.cfg.trainer.eval_every, self.cfg.trainer.eval_every_flops
+        crossed = every_flops is not None and int(after // every_flops) > int(before // every_flops)
+        return last or crossed or (every > 0 and self.updates % every == 0)
 
     def checkpoint(self):
         from lze_bench.backends.local.state import save_checkpoint
@@ -221,7 +240,7 @@ class _Session:
             log.info("initial held-out accuracy %.3f %s", initial.accuracy, initial.by_level)
         done_here = 0
         with progress_bar(f"train {self.cfg.selector.name}", trainer.steps, completed=self.updates) as advance:
-            while self.updates < trainer.steps:
+            while self.stop_reason(self.ledger.cum_flops) is None:
                 if backend.stop_after_steps and done_here >= backend.stop_after_steps:
                     log.info("stopping after %d steps (backend.stop_after_steps); rerun to resume", done_here)
                     return
@@ -238,7 +257,10 @@ class _Session:
         self.updates += 1
         elapsed = row.pop("_elapsed_s")
         row["heldout_accuracy"], row["flops_eval"], row["time_eval_s"] = float("nan"), 0, 0.0
-        if self._due(self.cfg.trainer.eval_every, self.updates):
+        before = self.ledger.cum_flops
+        after = before + float(sum(int(row.get(k, 0)) for k in FLOP_PARTS))
+        last = self.stop_reason(after) is not None
+        if self._eval_due(before, after, last):
             result = self.evaluate(self.updates)
             row["heldout_accuracy"], row["flops_eval"], row["time_eval_s"] = result.accuracy, result.flops, result.time_s
             elapsed += result.time_s
@@ -246,16 +268,22 @@ class _Session:
         self.ledger.append(row)
         if log_rows:  # a step whose selector rolled out nothing (all pruned) has no rows
             self.rollouts.append(step, log_rows)
-        if self._due(self.cfg.trainer.checkpoint_every, self.updates):
+        every = self.cfg.trainer.checkpoint_every
+        if last or (every > 0 and self.updates % every == 0):
             self.checkpoint()
 
     def finish(self) -> None:
         self.rollouts.compact()
         frame = self.ledger.frame
+        stopped_by = self.stop_reason(self.ledger.cum_flops)
+        if stopped_by == "steps" and self.cfg.trainer.flop_budget is not None:
+            log.warning("%s hit the step cap trainer.steps=%d before trainer.flop_budget=%.3g (cum_flops %.3g)",
+                        self.run_dir, self.cfg.trainer.steps, self.cfg.trainer.flop_budget, self.ledger.cum_flops)
         first = next((r["accuracy"] for r in self.heldout if r["updates"] == 0), None)
         mark_done(self.run_dir, {
             "steps": int(len(frame)), "cum_flops": float(frame["cum_flops"].iloc[-1]) if len(frame) else 0.0,
             "cum_time_s": float(frame["cum_time_s"].iloc[-1]) if len(frame) else 0.0,
+            "stopped_by": stopped_by, "flop_budget": self.cfg.trainer.flop_budget,
             "initial_heldout_accuracy": first,
             "final_heldout_accuracy": self.heldout[-1]["accuracy"] if self.heldout else None,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
