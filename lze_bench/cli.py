@@ -138,11 +138,16 @@ def report(
     sweep_dir: Path = typer.Argument(..., help="A sweep directory, or a folder of run directories."),
     name: Optional[str] = typer.Option(None, "--name", help="Report name (default: the folder's name)."),
     out_root: Path = typer.Option(Path("reports"), "--out-root", help="Reports are written to OUT_ROOT/NAME/."),
+    target_fraction: Optional[float] = typer.Option(
+        None, "--target-fraction", help="Table 2's target: this share of uniform's gain over the initial policy "
+        "(default: lze_bench.report.paired.ReportOptions)."),
 ):
     """Tables and plots from ledgers and eval summaries (reads files only)."""
     from lze_bench import report as report_module
+    from lze_bench.report.paired import ReportOptions
 
-    report_module.main(sweep_dir, name=name, out_root=out_root)
+    options = ReportOptions() if target_fraction is None else ReportOptions(target_fraction=target_fraction)
+    report_module.main(sweep_dir, name=name, out_root=out_root, options=options)
 
 
 @app.command(context_settings=EXTRA_ARGS)

@@ -4,22 +4,25 @@ The runs are written through our real writers (Ledger, RolloutLog, append_eval_r
 with hand-chosen numbers, so every table cell below is computed by hand:
 
 Ledger steps count from 0; held-out accuracy sits on ledger steps 1 and 3 (after 2 and 4
-updates); gsm8k evaluates checkpoints step_000000 (initial) and step_000004 (after 4 updates).
+updates); the initial policy (heldout.jsonl, 100 problems) scores 0.30; gsm8k evaluates
+checkpoints step_000000 (0.10) and step_000004 (after 4 updates = ledger step 3).
 
-selector  seed  held-out acc @2,@4   gsm8k @0,@4   FLOPs/step (rollout, train)  time/step  kept/rolled
-uniform   0     0.30, 0.50           0.10, 0.20    100, 100                      10 s       8/8
-uniform   1     0.40, 0.60           0.10, 0.30    100, 100                      10 s       8/8
-lze       0     0.55, 0.65           0.10, 0.40    100, 50                        8 s       4/8
-lze       1     0.50, 0.70           0.10, 0.20    100, 50                        8 s       4/8
-dapo      0     0.10, 0.20           -             200, 100                      12 s       8/16
-dapo      1     0.15, 0.25           -             200, 100                      12 s       8/16
+selector  seed  held-out @2,@4  gsm8k @4  FLOPs/step (rollout, logprob, train)  cum @2,@4  DONE stopped_by
+uniform   0     0.40, 0.50      0.20      100, 25, 75                           400, 800   budget
+uniform   1     0.40, 0.60      0.30      100, 25, 75                           400, 800   budget
+lze       0     0.55, 0.65      0.40      100, 10, 40                           300, 600   steps (cap)
+lze       1     0.50, 0.70      0.20      100, 10, 40                           300, 600   steps (cap)
+dapo      0     0.10, 0.20      -         200, 25, 75                           600, 1200  budget
+dapo      1     0.15, 0.25      -         200, 25, 75                           600, 1200  budget
+(every DONE: flop_budget 800)
 
-Held-out target = mean(0.50, 0.60) = 0.55. First eval point >= 0.55:
-uniform s0 never, s1 step 4 (800 FLOPs, 40 s) -> D = 800 FLOPs, 40 s;
-lze s0 step 2 (300, 16 s), s1 step 4 (600, 32 s) -> ratios 0.375, 0.75: mean 0.5625,
-CI half-width t(0.975,1)=12.706 * sd(0.375, 0.75)/sqrt(2) = 12.706 * 0.1875 = 2.382;
-dapo never. The initial policy (heldout.jsonl, 0.60) is not an eval point "after training", so it
-never counts as reaching. gsm8k target 0.25: uniform s1 at step 4 (800); lze s0 at step 4 (600) -> 0.75, 1/2 seeds.
+Table 1 (held-out): uniform 0.55 ± 12.706·0.05; lze Δ per seed 0.15, 0.10 -> 0.125 ± 12.706·0.025,
+not significant; dapo Δ -0.30, -0.35 -> -0.325 ± 0.3177, interval [-0.643, -0.007]: significant.
+Table 2 (fraction 0.9, held-out): seed 0 target 0.30 + 0.9·0.20 = 0.48: uniform crosses between
+(400, 0.40) and (800, 0.50) at 720, lze between (0, 0.30) and (300, 0.55) at 216 -> 0.3;
+seed 1 target 0.57: uniform 740, lze between (300, 0.50) and (600, 0.70) at 405 -> 405/740;
+dapo never. gsm8k (a0 0.10): seed 0 target 0.19: uniform 720, lze 180 -> 0.25; seed 1 target
+0.28: lze never (0.20).
 """
 
 from __future__ import annotations
@@ -35,22 +38,24 @@ import pytest
 from lze_bench.ledger import LEDGER_COLUMNS, Ledger, RolloutLog, append_eval_rows
 from lze_bench.report import build, main
 from lze_bench.report.formats import tex_cell
+from lze_bench.errors import LzeBenchError
 from lze_bench.report.tables import mean_ci, t975
 from lze_bench.rundir import atomic_write_text, mark_done
 
-HELDOUT = {("uniform", 0): (0.30, 0.50), ("uniform", 1): (0.40, 0.60), ("lze", 0): (0.55, 0.65),
+HELDOUT = {("uniform", 0): (0.40, 0.50), ("uniform", 1): (0.40, 0.60), ("lze", 0): (0.55, 0.65),
            ("lze", 1): (0.50, 0.70), ("dapo", 0): (0.10, 0.20), ("dapo", 1): (0.15, 0.25)}
 GSM8K = {("uniform", 0): 0.20, ("uniform", 1): 0.30, ("lze", 0): 0.40, ("lze", 1): 0.20}
-COST = {"uniform": (100, 100, 10.0, 8, 8), "lze": (100, 50, 8.0, 8, 4), "dapo": (200, 100, 12.0, 16, 8),
-        "hive": (100, 100, 10.0, 8, 8)}
+COST = {"uniform": (100, 25, 75, 10.0, 8, 8), "lze": (100, 10, 40, 8.0, 8, 4), "dapo": (200, 25, 75, 12.0, 16, 8),
+        "hive": (100, 25, 75, 10.0, 8, 8)}
+STOPPED_BY = {"uniform": "budget", "lze": "steps", "dapo": "budget", "hive": "budget"}
 STEPS = 4
 
 
 def _row(step: int, selector: str, seed: int) -> dict:
-    rollout, train, time_s, rolled, kept = COST[selector]
+    rollout, logprob, train, time_s, rolled, kept = COST[selector]
     row = {c: 0 for c in LEDGER_COLUMNS if c not in ("cum_flops", "cum_time_s", "flops_total", "heldout_accuracy")}
     row.update(step=step, prompts_considered=16, prompts_rolled_out=rolled, groups_kept=kept, flops_rollout=rollout,
-               flops_train=train, flops_logprob=0, time_step_s=time_s, reward_mean=0.5, partial=False,
+               flops_train=train, flops_logprob=logprob, time_step_s=time_s, reward_mean=0.5, partial=False,
                zero_variance_frac=0.25 if selector == "lze" else 0.5)
     if step in (1, 3) and (selector, seed) in HELDOUT:
         row["heldout_accuracy"] = HELDOUT[(selector, seed)][step // 2]
@@ -60,8 +65,7 @@ def _row(step: int, selector: str, seed: int) -> dict:
 def make_run(root: Path, selector: str, seed: int, done: bool = True) -> Path:
     run_dir = root / f"{selector}-s{seed}"
     atomic_write_text(run_dir / "config.yaml", f"selector:\n  name: {selector}\nseed: {seed}\n")
-    # the local backend's held-out log; its initial-policy row (0.60, above the target) must not count as reached
-    atomic_write_text(run_dir / "heldout.jsonl", '{"accuracy": 0.6, "updates": 0}\n')
+    atomic_write_text(run_dir / "heldout.jsonl", '{"accuracy": 0.3, "problems": 100, "updates": 0}\n')
     ledger, rollouts = Ledger(run_dir), RolloutLog(run_dir)
     for step in range(STEPS):
         ledger.append(_row(step, selector, seed))
@@ -75,7 +79,7 @@ def make_run(root: Path, selector: str, seed: int, done: bool = True) -> Path:
              "maj_at_k": acc, "k": 1}
             for s, acc in ((0, 0.10), (4, GSM8K[(selector, seed)]))])
     if done:
-        mark_done(run_dir)
+        mark_done(run_dir, {"stopped_by": STOPPED_BY[selector], "flop_budget": 800.0})
     return run_dir
 
 
@@ -96,66 +100,103 @@ def test_t_quantiles_and_ci():
     assert math.isnan(mean_ci([0.3])[1]) and mean_ci([float("nan")])[2] == 0
 
 
-def test_table1_numbers(runs_root):
-    t1 = build(runs_root)["table1"].set_index("label")
-    assert list(t1.index) == ["uniform", "dapo", "lze"]  # canonical order; unfinished hive left out
-    assert t1.loc["uniform", "acc_heldout"] == pytest.approx(0.55)
-    assert t1.loc["uniform", "acc_heldout_ci"] == pytest.approx(12.706 * 0.05)
-    assert t1.loc["lze", "acc_heldout"] == pytest.approx(0.675)
-    assert t1.loc["lze", "acc_gsm8k"] == pytest.approx(0.30)
-    assert math.isnan(t1.loc["dapo", "acc_gsm8k"])
-    assert t1.loc["lze", ["flops_rollout", "flops_train", "flops_total"]].tolist() == [400, 200, 600]
-    assert t1.loc["dapo", "flops_total"] == 1200
-    assert t1.loc["lze", "kept_fraction"] == 0.5 and t1.loc["uniform", "kept_fraction"] == 1.0
-    assert t1.loc["dapo", "rolled_out_fraction"] == 1.0 and t1.loc["lze", "rolled_out_fraction"] == 0.5
-    assert t1.loc["lze", "wall_time_s"] == 32.0 and t1.loc["lze", "wall_time_s_ci"] == 0.0
+def test_table1_accuracy_at_equal_compute_is_paired_by_seed(runs_root):
+    report = build(runs_root)
+    assert report["budget"] == 800.0 and report["heldout_problems"] == 100
+    t1 = report["table1"].set_index(["benchmark", "label"])
+    assert list(t1.loc["heldout"].index) == ["uniform", "dapo", "lze"]  # canonical order; unfinished hive left out
+    uni, lze, dapo = (t1.loc[("heldout", label)] for label in ("uniform", "lze", "dapo"))
+    assert uni["accuracy"] == pytest.approx(0.55) and uni["accuracy_ci"] == pytest.approx(12.706 * 0.05)
+    assert (uni["significant"], uni["pairs"]) == ("–", 0)
+    assert lze["delta"] == pytest.approx(0.125) and lze["delta_ci"] == pytest.approx(12.706 * 0.025)
+    assert (lze["significant"], lze["pairs"], lze["capped"]) == ("no", 2, 2)
+    assert lze["flops"] == 600 and lze["flops_over_budget"] == pytest.approx(0.75)
+    assert dapo["delta"] == pytest.approx(-0.325) and dapo["significant"] == "yes" and dapo["capped"] == 0
+    assert dapo["flops_over_budget"] == pytest.approx(1.5)
+    gsm = t1.loc[("gsm8k", "lze")]  # checkpoint 4 = after 4 updates; Δ 0.20, -0.10
+    assert gsm["delta"] == pytest.approx(0.05) and gsm["significant"] == "no"
+
+
+def test_table2_compute_to_a_share_of_uniforms_gain(runs_root):
+    t2 = build(runs_root)["table2"].set_index(["benchmark", "label"])
+    lze = t2.loc[("heldout", "lze")]
+    assert lze["target"] == pytest.approx((0.48 + 0.57) / 2) and (lze["reached"], lze["seeds"]) == (2, 2)
+    assert lze["flops_to_target"] == pytest.approx((216 + 405) / 2)
+    assert lze["ratio"] == pytest.approx(math.sqrt(0.3 * 405 / 740))
+    logs = [math.log(0.3), math.log(405 / 740)]
+    half = 12.706 * abs(logs[0] - logs[1]) / math.sqrt(2) / math.sqrt(2)
+    assert lze["ratio_low"] == pytest.approx(math.exp(sum(logs) / 2 - half))
+    assert lze["significant"] == "no"
+    uni = t2.loc[("heldout", "uniform")]
+    assert (uni["ratio"], uni["reached"], uni["flops_to_target"]) == (1.0, 2, pytest.approx(730))
+    assert t2.loc[("heldout", "dapo"), "reached"] == 0
+    gsm = t2.loc[("gsm8k", "lze")]
+    assert (gsm["reached"], gsm["ratio"], gsm["flops_to_target"]) == (1, pytest.approx(0.25), pytest.approx(180))
+
+
+def test_target_fraction_moves_the_target(runs_root):
+    from lze_bench.report.paired import ReportOptions
+
+    t2 = build(runs_root, ReportOptions(target_fraction=0.5))["table2"].set_index(["benchmark", "label"])
+    # seed 0 target 0.40: uniform reaches it at its first eval (400), lze at 0.1/0.25 of 300 = 120
+    assert t2.loc[("heldout", "uniform"), "target"] == pytest.approx((0.40 + 0.45) / 2)
+    with pytest.raises(LzeBenchError, match="--target-fraction"):
+        ReportOptions(target_fraction=1.5)
+
+
+def test_first_crossing_interpolates_between_eval_points():
+    from lze_bench.report.paired import first_crossing
+
+    curve = pd.DataFrame({"cum_flops": [0.0, 100.0, 200.0, 300.0], "accuracy": [0.3, 0.5, 0.4, 0.7]})
+    assert first_crossing(curve, 0.45) == pytest.approx(75.0)
+    assert first_crossing(curve, 0.6) == pytest.approx(200 + 100 * 2 / 3)  # the dip to 0.4 does not count
+    assert math.isnan(first_crossing(curve, 0.8))
+
+
+def test_cost_table_books_every_phase(runs_root):
+    t3 = build(runs_root)["table3"].set_index("label")
+    assert t3.loc["lze", ["flops_rollout", "flops_logprob", "flops_train", "flops_total"]].tolist() == [400, 40, 160, 600]
+    assert t3.loc["dapo", "flops_total"] == 1200 and t3.loc["uniform", "steps"] == 4
+    assert t3.loc["lze", "kept_fraction"] == 0.5 and t3.loc["dapo", "rolled_out_fraction"] == 1.0
+    assert t3.loc["lze", "wall_time_s"] == 32.0 and t3.loc["lze", "wall_time_s_ci"] == 0.0
 
 
 def test_initial_policy_point_from_heldout_log(runs_root):
     points = build(runs_root)["points"]
     initial = points[(points["step"] == -1) & (points["benchmark"] == "heldout")]
-    assert len(initial) == 6 and (initial["cum_flops"] == 0).all() and (initial["accuracy"] == 0.6).all()
-
-
-def test_table2_flops_to_reach_uniform(runs_root):
-    t2 = build(runs_root)["table2"].set_index(["benchmark", "label"])
-    lze = t2.loc[("heldout", "lze")]
-    assert lze["target"] == pytest.approx(0.55) and lze["reached"] == 2
-    assert lze["flops_ratio"] == pytest.approx(0.5625)
-    assert lze["flops_ratio_ci"] == pytest.approx(12.706 * 0.1875)
-    assert lze["time_ratio"] == pytest.approx(0.6)
-    assert lze["flops_to_target"] == pytest.approx(450)
-    uni = t2.loc[("heldout", "uniform")]
-    assert (uni["reached"], uni["flops_ratio"], uni["flops_to_target"]) == (1, 1.0, 800)
-    assert t2.loc[("heldout", "dapo"), "reached"] == 0
-    gsm = t2.loc[("gsm8k", "lze")]  # checkpoint 4 = after 4 updates = ledger step 3 (600 FLOPs)
-    assert (gsm["target"], gsm["reached"], gsm["flops_ratio"]) == (pytest.approx(0.25), 1, 0.75)
+    assert len(initial) == 6 and (initial["cum_flops"] == 0).all() and (initial["accuracy"] == 0.3).all()
 
 
 def test_report_files(runs_root, tmp_path):
     out = main(runs_root, name="fixture", out_root=tmp_path)
     assert out == tmp_path / "fixture"
     table1 = (out / "table1.md").read_text()
-    assert "| uniform | 55.0 ± 63.5 | 25.0 ± 63.5 | 4.00e2 | 4.00e2 | 8.00e2 | 1.00 | 40.0 ± 0.0 | 2 |" in table1
+    assert "| held-out | uniform | 55.0 ± 63.5 | reference | – | 8.00e2 (1.00) | 0/2 | 2 |" in table1
+    assert "| held-out | lze | 67.5 ± 31.8 | +12.5 ± 31.8 | no | 6.00e2 (0.75) | 2/2 | 2 |" in table1
+    assert "| held-out | dapo | 22.5 ± 31.8 | -32.5 ± 31.8 | yes |" in table1
     table2 = (out / "table2.md").read_text()
-    assert "| held-out | lze | 55.0 | 4.50e2 | 0.56 ± 2.38 | 0.60 ± 2.54 | 2/2 |" in table2
-    assert "| held-out | dapo | 55.0 | not reached | not reached | not reached | 0/2 |" in table2
-    assert "| gsm8k | lze | 25.0 | 6.00e2 | 0.75 | 0.80 | 1/2 |" in table2
+    assert "| held-out | lze | 52.5 | 3.11e2 | 0.41 | [0.01, 18.47] | no | 2/2 |" in table2
+    assert "| held-out | dapo | 52.5 | not reached | not reached | – | – | 0/2 |" in table2
+    assert "| gsm8k | lze | 23.5 | 1.80e2 | 0.25 | – | – | 1/2 |" in table2
+    assert "| lze | 4.00e2 | 4.00e1 | 1.60e2 | 0 | 6.00e2 | 4.0 | 0.50 | 32.0 ± 0.0 | 2 |" in (out / "table3.md").read_text()
     tex = (out / "table1.tex").read_text()
-    assert r"\toprule" in tex and r"\bottomrule" in tex and r"55.0 $\pm$ 63.5" in tex and r"$4.00{\times}10^{2}$" in tex
+    assert r"\toprule" in tex and r"\bottomrule" in tex and r"55.0 $\pm$ 63.5" in tex and r"$8.00{\times}10^{2}$" in tex
     assert r"not reached" in (out / "table2.tex").read_text()
     runs = pd.read_csv(out / "runs.csv")
-    assert len(runs) == 6 and set(runs["final_accuracy_heldout"]) == {0.5, 0.6, 0.65, 0.7, 0.2, 0.25}
-    assert pd.read_csv(out / "reach.csv")["flops_to_target"].dropna().tolist().count(800) == 2  # heldout + gsm8k
-    for fig in ("accuracy_vs_flops", "kept_fraction", "pass_rate_distribution", "zero_variance"):
+    assert len(runs) == 6 and set(runs["stopped_by"]) == {"budget", "steps"}
+    assert pd.read_csv(out / "reach.csv")["flops_to_target"].dropna().round(6).tolist().count(720) == 3
+    for fig in ("accuracy_vs_flops", "flops_by_phase", "kept_fraction", "pass_rate_distribution", "zero_variance"):
         assert (out / f"{fig}.png").stat().st_size > 5000 and (out / f"{fig}.pdf").read_bytes()[:4] == b"%PDF"
-    assert "![accuracy_vs_flops](accuracy_vs_flops.png)" in (out / "report.md").read_text()
+    text = (out / "report.md").read_text()
+    assert "![flops_by_phase](flops_by_phase.png)" in text and "lze seed 0, lze seed 1" in text
+    assert "100 problems" in text and "5.0 points" in text  # sqrt(0.55 * 0.45 / 100)
 
 
 def test_report_without_uniform_has_no_table2(tmp_path):
     make_run(tmp_path / "runs", "lze", 0)
     report = build(tmp_path / "runs")
-    assert report["table2"] is None and report["table1"]["label"].tolist() == ["lze"]
+    assert report["table2"] is None and report["table3"]["label"].tolist() == ["lze"]
+    assert math.isnan(report["table1"]["delta"].iloc[0])
 
 
 def test_report_errors_are_one_line(tmp_path):

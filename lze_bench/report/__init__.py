@@ -1,16 +1,16 @@
 """`lze-bench report DIR`: paper tables and plots from ledgers and eval results.
 
-Reads files only (data.py: config.yaml, ledger.parquet, rollouts, evals.parquet)
+Reads files only (data.py: config.yaml, DONE, ledger.parquet, rollouts, evals.parquet)
 and writes `<out_root>/<name>/`:
 
-    report.md                 both tables (Markdown) and the figures, with definitions
-    table1.md table1.tex      per selector: final accuracy per benchmark (mean ± 95% CI
-                              over seeds), rollout/train/total FLOPs, kept fraction, wall time
-    table2.md table2.tex      FLOPs and wall time to reach uniform's final accuracy, as a
-                              ratio to uniform (definition: tables.py)
-    table1.csv table2.csv     the tables' numbers (means, CI half-widths, counts)
-    runs.csv reach.csv        per-seed numbers behind them
-    accuracy_vs_flops, kept_fraction, pass_rate_distribution, zero_variance  (.png + .pdf)
+    report.md                 the three tables (Markdown), their definitions, the figures
+    table1.md .tex .csv       accuracy at equal compute (the FLOP budget) per selector, and its
+                              difference to uniform on the same seed (paired; paired.py)
+    table2.md .tex .csv       FLOPs to reach a fraction of uniform's gain over the initial
+                              policy, as a ratio to uniform on the same seed (paired.py)
+    table3.md .tex .csv       training FLOPs by phase, steps, kept fraction, wall time (tables.py)
+    runs.csv at_budget.csv reach.csv   per-seed numbers behind them
+    accuracy_vs_flops, flops_by_phase, kept_fraction, pass_rate_distribution, zero_variance  (.png + .pdf)
 
 Importing this module loads pandas/numpy only; matplotlib loads when plotting
 (a test checks that neither torch nor a backend is imported).
@@ -23,26 +23,32 @@ from pathlib import Path
 
 import pandas as pd
 
-from lze_bench.report.data import accuracy_points, load_runs, pass_rates, per_step, run_summary
-from lze_bench.report.formats import latex, markdown, table1_cells, table2_cells
-from lze_bench.report.tables import BASELINE, benchmarks_of, reach, table1, table2
+from lze_bench.report.data import (accuracy_points, flop_budget, heldout_problems, load_runs, pass_rates, per_step,
+                                   run_summary)
+from lze_bench.report.formats import budget_cells, cost_cells, latex, markdown, reach_cells
+from lze_bench.report.document import report_md
+from lze_bench.report.paired import ReportOptions, at_budget, reach, table_budget, table_reach
+from lze_bench.report.tables import BASELINE, cost_table
 from lze_bench.rundir import atomic_write_text
 
 log = logging.getLogger(__name__)
 
 
-def build(sweep_dir: str | Path) -> dict:
+def build(sweep_dir: str | Path, options: ReportOptions | None = None) -> dict:
     """All report numbers as DataFrames (no files written)."""
+    options = options or ReportOptions()
     runs = load_runs(sweep_dir)
     points = accuracy_points(runs)
     summary = run_summary(runs, points)
-    benches = benchmarks_of(points) if len(points) else []
-    reached = [r for r in (reach(points, summary, b) for b in benches) if r is not None]
-    reach_frame = pd.concat(reached, ignore_index=True) if reached else None
+    budget = flop_budget(runs)
+    ends = at_budget(points, summary)
+    reached = reach(points, options) if len(points) else None
     return {
-        "runs": runs, "points": points, "summary": summary, "benchmarks": benches,
-        "table1": table1(summary, benches), "reach": reach_frame,
-        "table2": table2(reach_frame) if reach_frame is not None else None,
+        "runs": runs, "points": points, "summary": summary, "budget": budget, "options": options,
+        "heldout_problems": heldout_problems(runs), "at_budget": ends,
+        "table1": table_budget(ends, budget), "reach": reached,
+        "table2": table_reach(reached) if reached is not None else None,
+        "table3": cost_table(summary),
     }
 
 
@@ -63,20 +69,27 @@ def _write_table(out: Path, stem: str, cells, caption: str, label: str, frame: p
 def write_tables(report: dict, out: Path) -> dict[str, str]:
     """Markdown/LaTeX/CSV files; returns the Markdown of each table for report.md."""
     texts = {}
-    caption1 = ("Final accuracy (mean ± 95% CI over seeds), FLOPs spent (seed mean), fraction of rolled-out "
-                "prompts kept for the update, and wall time, per selector.")
-    texts["table1"] = _write_table(out, "table1", table1_cells(report["table1"], report["benchmarks"]),
-                                   caption1, "tab:final", report["table1"])
+    budget = report["budget"]
+    at = f"the FLOP budget ({budget:.3g})" if budget else "the end of each run (no common trainer.flop_budget)"
+    caption1 = (f"Accuracy at {at}: mean ± 95% CI over seeds, and the paired difference to uniform GRPO on the "
+                "same seed (mean ± 95% paired t-interval).")
+    texts["table1"] = _write_table(out, "table1", budget_cells(report["table1"], budget), caption1,
+                                   "tab:equal-compute", report["table1"])
     _write_csv(out / "runs.csv", report["summary"])
+    _write_csv(out / "at_budget.csv", report["at_budget"])
     if report["table2"] is not None:
-        caption2 = ("FLOPs and wall time to first reach uniform GRPO's mean final accuracy (the target), "
-                    "as a ratio to uniform's (mean ± 95% CI over the seeds that reach it).")
-        texts["table2"] = _write_table(out, "table2", table2_cells(report["table2"]), caption2,
+        fraction = report["options"].target_fraction
+        caption2 = (f"FLOPs to reach {fraction:g} of uniform GRPO's gain over the initial policy (per seed), "
+                    "as a ratio to uniform's on the same seed: geometric mean over seeds, 95% CI on log ratios.")
+        texts["table2"] = _write_table(out, "table2", reach_cells(report["table2"]), caption2,
                                        "tab:flops-to-target", report["table2"])
         _write_csv(out / "reach.csv", report["reach"])
     else:
         texts["table2"] = f"(no `{BASELINE}` runs with accuracy: Table 2 needs the uniform baseline)\n"
         log.warning("no %s runs with accuracy: Table 2 left out", BASELINE)
+    caption3 = "Training FLOPs by phase (seed means), steps, fraction of rolled-out prompts kept, wall time."
+    texts["table3"] = _write_table(out, "table3", cost_cells(report["table3"]), caption3, "tab:cost",
+                                   report["table3"])
     return texts
 
 
@@ -90,8 +103,10 @@ def write_plots(report: dict, out: Path) -> list[Path]:
     if len(report["points"]):
         targets = {}
         if report["table2"] is not None:
-            targets = dict(zip(report["table2"]["benchmark"], report["table2"]["target"]))
-        paths += plots.accuracy_vs_flops(report["points"], targets, colors, out)
+            base = report["table2"][report["table2"]["label"] == BASELINE]
+            targets = dict(zip(base["benchmark"], base["target"]))
+        paths += plots.accuracy_vs_flops(report["points"], targets, colors, out, report["budget"])
+    paths += plots.flops_by_phase(report["summary"], out)
     paths += plots.per_step_lines(steps, "kept_fraction", "kept fraction (kept / rolled out)", "kept_fraction",
                                   colors, out)
     paths += plots.per_step_lines(steps, "zero_variance_frac", "zero-variance groups (fraction)", "zero_variance",
@@ -102,16 +117,17 @@ def write_plots(report: dict, out: Path) -> list[Path]:
     return paths
 
 
-def main(sweep_dir: str | Path, name: str | None = None, out_root: str | Path = "reports") -> Path:
+def main(sweep_dir: str | Path, name: str | None = None, out_root: str | Path = "reports",
+         options: ReportOptions | None = None) -> Path:
     """Write the report of `sweep_dir` into `<out_root>/<name>/` (name: the folder's name); returns that folder."""
     sweep_dir = Path(sweep_dir)
     name = name or sweep_dir.resolve().name
     out = Path(out_root) / name
     out.mkdir(parents=True, exist_ok=True)
-    report = build(sweep_dir)
+    report = build(sweep_dir, options)
     texts = write_tables(report, out)
     figures = write_plots(report, out)
-    atomic_write_text(out / "report.md", _report_md(name, sweep_dir, report, texts, figures))
+    atomic_write_text(out / "report.md", report_md(name, sweep_dir, report, texts, figures))
     from rich.console import Console
 
     console = Console()
@@ -119,35 +135,9 @@ def main(sweep_dir: str | Path, name: str | None = None, out_root: str | Path = 
     console.print(texts["table1"], markup=False, highlight=False, soft_wrap=True)
     console.print("[bold]Table 2[/]", highlight=False)
     console.print(texts["table2"], markup=False, highlight=False, soft_wrap=True)
+    console.print("[bold]Table 3[/]", highlight=False)
+    console.print(texts["table3"], markup=False, highlight=False, soft_wrap=True)
     console.print(f"report written to {out}/", highlight=False)
     return out
 
 
-def _report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: list[Path]) -> str:
-    seeds = sorted({r.seed for r in report["runs"]})
-    pngs = [p.name for p in figures if p.suffix == ".png"]
-    lines = [
-        f"# Report: {name}",
-        "",
-        f"Generated by `lze-bench report {sweep_dir}` from {len(report['runs'])} finished runs "
-        f"(seeds {', '.join(map(str, seeds))}). Accuracy `heldout` is the synthetic held-out set evaluated "
-        "during training; other benchmarks come from `lze-bench eval`. ± is the 95% Student-t interval over seeds.",
-        "",
-        "## Table 1: final accuracy and cost",
-        "",
-        texts["table1"],
-        "FLOPs: counted from the tokens actually processed (design.md, FLOP accounting); train = update + "
-        "log-prob passes. Kept fraction = groups reaching the actor update / prompts rolled out.",
-        "",
-        "## Table 2: compute to reach uniform GRPO's final accuracy",
-        "",
-        texts["table2"],
-        "Target = uniform's mean final accuracy. Per seed, the FLOPs (cumulative, ledger) at the first eval point "
-        "at or above the target; ratio = that / uniform's mean FLOPs to the target; mean ± CI over the seeds that "
-        "reach it. \"not reached\": no eval point of any seed reaches the target.",
-        "",
-        "## Figures",
-        "",
-    ]
-    lines += [f"![{png[:-4]}]({png})" for png in pngs]
-    return "\n".join(lines) + "\n"

@@ -1,6 +1,6 @@
 """Read a sweep's run directories into DataFrames for the report (files only: design.md "Data flows one way").
 
-Sources, per run: `config.yaml` (selector, seed), `ledger.parquet`,
+Sources, per run: `config.yaml` (selector, seed), `DONE` (stop reason, FLOP budget), `ledger.parquet`,
 `rollouts.parquet` (+ part files) and `evals.parquet`, all through
 lze_bench.ledger's readers. Nothing imports torch or a backend.
 
@@ -35,7 +35,7 @@ import pandas as pd
 
 from lze_bench.errors import LzeBenchError
 from lze_bench.ledger import LEDGER_FILE, read_evals, read_ledger, read_rollouts
-from lze_bench.rundir import CONFIG, is_done
+from lze_bench.rundir import CONFIG, DONE, is_done
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ class Run:
     seed: int
     run_dir: Path
     ledger: pd.DataFrame
+    done: dict  # the DONE summary: stopped_by ("budget" | "steps"), flop_budget, ... ({} for older runs)
 
 
 def _read_config(run_dir: Path) -> dict:
@@ -92,7 +93,7 @@ def load_runs(root: str | Path) -> list[Run]:
         cfg = _read_config(run_dir)
         selector = str((cfg.get("selector") or {}).get("name") or axes.get("selector") or "unknown")
         seed = int(cfg.get("seed", axes.get("seed", 0)))
-        runs.append(Run(_label(axes, selector), selector, seed, run_dir, read_ledger(run_dir)))
+        runs.append(Run(_label(axes, selector), selector, seed, run_dir, read_ledger(run_dir), _read_done(run_dir)))
     if unfinished:
         log.warning("left out %d unfinished run(s) (no DONE): %s", len(unfinished), ", ".join(unfinished))
     if not runs:
@@ -105,6 +106,32 @@ def load_runs(root: str | Path) -> list[Run]:
                                 "report one of them (move the other out of the folder)")
         seen[key] = run.run_dir
     return runs
+
+
+def _read_done(run_dir: Path) -> dict:
+    import json
+
+    text = (run_dir / DONE).read_text().strip()
+    return json.loads(text) if text else {}
+
+
+def heldout_problems(runs: list[Run]) -> int | None:
+    """Problems in the held-out eval (heldout.jsonl `problems`), if every run that logs it agrees."""
+    import json
+
+    sizes = set()
+    for run in runs:
+        path = run.run_dir / HELDOUT_LOG
+        if path.exists():
+            sizes |= {json.loads(line).get("problems") for line in path.read_text().splitlines() if line.strip()}
+    sizes.discard(None)
+    return int(sizes.pop()) if len(sizes) == 1 else None
+
+
+def flop_budget(runs: list[Run]) -> float | None:
+    """The FLOP budget every run was given (DONE `flop_budget`), or None when runs differ or have none."""
+    budgets = {run.done.get("flop_budget") for run in runs}
+    return float(budgets.pop()) if len(budgets) == 1 and None not in budgets else None
 
 
 def after_updates(ledger: pd.DataFrame, updates: int, column: str) -> float:
@@ -161,7 +188,8 @@ def run_summary(runs: list[Run], points: pd.DataFrame) -> pd.DataFrame:
             "label": run.label, "selector": run.selector, "seed": run.seed, "run": run.run_dir.name,
             "steps": int(led["step"].max()) + 1 if len(led) else 0,
             "flops_rollout": float(led["flops_rollout"].sum()),
-            "flops_train": float(led["flops_train"].sum() + led["flops_logprob"].sum()),
+            "flops_logprob": float(led["flops_logprob"].sum()),
+            "flops_train": float(led["flops_train"].sum()),
             "flops_select": float(led["flops_select"].sum()),
             "flops_total": float(led["flops_total"].sum()),
             "prompts_considered": int(led["prompts_considered"].sum()),
@@ -170,6 +198,7 @@ def run_summary(runs: list[Run], points: pd.DataFrame) -> pd.DataFrame:
             "kept_fraction": _ratio(led["groups_kept"].sum(), led["prompts_rolled_out"].sum()),
             "rolled_out_fraction": _ratio(led["prompts_rolled_out"].sum(), led["prompts_considered"].sum()),
             "wall_time_s": float(led["time_step_s"].sum()),
+            "stopped_by": run.done.get("stopped_by"),
         }
         mine = points[(points["label"] == run.label) & (points["seed"] == run.seed)]
         for bench, group in mine.groupby("benchmark"):

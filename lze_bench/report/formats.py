@@ -1,7 +1,8 @@
-"""Render Tables 1 and 2 as Markdown and LaTeX (booktabs) from their numeric DataFrames.
+"""Render Tables 1-3 as Markdown and LaTeX (booktabs) from their numeric DataFrames.
 
 Display choices: accuracy in percent with one decimal; FLOPs in 3 significant
 digits (`1.23e15`, in LaTeX `1.23\\times10^{15}`); ratios with two decimals;
+differences in percentage points with a sign;
 "± x" is the 95% CI half-width over seeds (tables.mean_ci), left out
 for a single seed; wall time in seconds below 2 minutes, else minutes.
 """
@@ -24,43 +25,59 @@ def pm(mean: float, half: float, fmt: str, scale: float = 1.0) -> str:
     if mean is None or not math.isfinite(mean):
         return "–"
     text = format(mean * scale, fmt)
-    return text if half is None or not math.isfinite(half) else f"{text} ± {format(half * scale, fmt)}"
+    return text if half is None or not math.isfinite(half) else f"{text} ± {format(half * scale, fmt.lstrip('+'))}"
 
 
 def sci(value: float) -> str:
     """`1.23e15`, `4.00e2`, `1.50e-3` (no '+', no leading zeros in the exponent)."""
+    if value == 0:
+        return "0"
     return re.sub(r"e\+?(-?)0*(\d)", r"e\1\2", _num(value, ".2e"))
 
 
-def table1_cells(t1: pd.DataFrame, benchmarks: list[str]) -> tuple[list[str], list[list[str]]]:
-    minutes = bool(t1["wall_time_s"].max() >= 120) if len(t1) else False
-    unit, scale = ("min", 1 / 60) if minutes else ("s", 1.0)
-    header = ["selector", *(f"{BENCH_TITLES.get(b, b)} acc. (%)" for b in benchmarks),
-              "rollout FLOPs", "train FLOPs", "total FLOPs", "kept frac.", f"wall time ({unit})", "seeds"]
+def budget_cells(t1: pd.DataFrame, budget: float | None) -> tuple[list[str], list[list[str]]]:
+    """Table 1: accuracy at equal compute, Δ to uniform on the same seed (points), FLOPs spent."""
+    spent = "FLOPs spent (× budget)" if budget else "FLOPs spent"
+    header = ["benchmark", "selector", "accuracy (%)", "Δ vs uniform (points, paired)", "significant", spent,
+              "stopped by step cap", "seeds"]
     rows = []
     for _, r in t1.iterrows():
-        rows.append([
-            str(r["label"]),
-            *(pm(r[f"acc_{b}"], r[f"acc_{b}_ci"], ".1f", 100.0) for b in benchmarks),
-            sci(r["flops_rollout"]), sci(r["flops_train"]), sci(r["flops_total"]),
-            _num(r["kept_fraction"], ".2f"), pm(r["wall_time_s"], r["wall_time_s_ci"], ".1f", scale),
-            str(int(r["seeds"])),
-        ])
+        delta = "reference" if r["label"] == "uniform" else pm(r["delta"], r["delta_ci"], "+.1f", 100.0)
+        flops = f"{sci(r['flops'])} ({_num(r['flops_over_budget'], '.2f')})" if budget else sci(r["flops"])
+        rows.append([BENCH_TITLES.get(r["benchmark"], str(r["benchmark"])), str(r["label"]),
+                     pm(r["accuracy"], r["accuracy_ci"], ".1f", 100.0), delta, str(r["significant"]), flops,
+                     f"{int(r['capped'])}/{int(r['seeds'])}" if budget else "–", str(int(r["seeds"]))])
     return header, rows
 
 
-def table2_cells(t2: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    header = ["benchmark", "selector", "target acc. (%)", "FLOPs to target", "FLOPs (× uniform)",
-              "wall time (× uniform)", "seeds reached"]
+def reach_cells(t2: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Table 2: FLOPs to the paired target, as a ratio to uniform's on the same seed."""
+    header = ["benchmark", "selector", "target acc. (%, seed mean)", "FLOPs to target", "FLOPs (× uniform, paired)",
+              "95% CI", "significant", "seeds reached"]
     rows = []
     for _, r in t2.iterrows():
         reached = int(r["reached"])
-        ratio = pm(r["flops_ratio"], r["flops_ratio_ci"], ".2f") if reached else "not reached"
-        time_ratio = pm(r["time_ratio"], r["time_ratio_ci"], ".2f") if reached else "not reached"
+        ratio = "reference" if r["label"] == "uniform" else (_num(r["ratio"], ".2f") if reached else "not reached")
+        interval = "–" if not math.isfinite(r["ratio_low"]) else f"[{r['ratio_low']:.2f}, {r['ratio_high']:.2f}]"
+        rows.append([BENCH_TITLES.get(r["benchmark"], str(r["benchmark"])), str(r["label"]),
+                     _num(100 * r["target"], ".1f"), sci(r["flops_to_target"]) if reached else "not reached",
+                     ratio, interval if r["label"] != "uniform" else "–", str(r["significant"]),
+                     f"{reached}/{int(r['seeds'])}"])
+    return header, rows
+
+
+def cost_cells(t3: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Table 3: FLOPs by phase (seed means), steps, kept fraction, wall time."""
+    minutes = bool(t3["wall_time_s"].max() >= 120) if len(t3) else False
+    unit, scale = ("min", 1 / 60) if minutes else ("s", 1.0)
+    header = ["selector", "rollout FLOPs", "log-prob FLOPs", "train FLOPs", "select FLOPs", "total FLOPs", "steps",
+              "kept frac.", f"wall time ({unit})", "seeds"]
+    rows = []
+    for _, r in t3.iterrows():
         rows.append([
-            BENCH_TITLES.get(r["benchmark"], str(r["benchmark"])), str(r["label"]), _num(100 * r["target"], ".1f"),
-            sci(r["flops_to_target"]) if reached else "not reached", ratio, time_ratio,
-            f"{reached}/{int(r['seeds'])}",
+            str(r["label"]), sci(r["flops_rollout"]), sci(r["flops_logprob"]), sci(r["flops_train"]),
+            sci(r["flops_select"]), sci(r["flops_total"]), _num(r["steps"], ".1f"), _num(r["kept_fraction"], ".2f"),
+            pm(r["wall_time_s"], r["wall_time_s_ci"], ".1f", scale), str(int(r["seeds"])),
         ])
     return header, rows
 

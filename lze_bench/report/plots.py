@@ -20,6 +20,8 @@ import numpy as np
 import pandas as pd
 
 SELECTOR_COLORS = {"uniform": "#4d4d4d", "dapo": "#1f77b4", "astral": "#ff7f0e", "hive": "#2ca02c", "lze": "#d62728"}
+PHASES = {"flops_rollout": ("rollout", "#4c72b0"), "flops_logprob": ("log-prob", "#dd8452"),
+          "flops_train": ("train", "#55a868"), "flops_select": ("select", "#c44e52")}
 SPARE_COLORS = ["#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
 # markers (staggered along each line) keep lines that coincide, e.g. kept fraction 1.0, distinguishable
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
@@ -87,7 +89,10 @@ def _band(ax, x, ys: np.ndarray, color: str, label: str, marker: tuple[str, int,
         ax.fill_between(x, np.nanmin(ys, axis=0), np.nanmax(ys, axis=0), color=color, alpha=0.18, linewidth=0)
 
 
-def accuracy_vs_flops(points: pd.DataFrame, targets: dict[str, float], colors: dict, out_dir: Path) -> list[Path]:
+def accuracy_vs_flops(points: pd.DataFrame, targets: dict[str, float], colors: dict, out_dir: Path,
+                      budget: float | None = None) -> list[Path]:
+    """Seed mean and band of accuracy against cumulative FLOPs; dashed: the seed-mean target of Table 2
+    (horizontal) and the FLOP budget (vertical)."""
     plt = _plt()
     names = sorted(points["benchmark"].unique())
     benches = (["heldout"] if "heldout" in names else []) + [b for b in names if b != "heldout"]
@@ -109,7 +114,9 @@ def accuracy_vs_flops(points: pd.DataFrame, targets: dict[str, float], colors: d
             _band(ax, grid, ys, colors[label], label, _marker(label, colors))
         if bench in targets:
             ax.axhline(100 * targets[bench], color=colors.get("uniform", "gray"), linestyle="--", linewidth=0.8,
-                       label="target: uniform final")
+                       label="target")
+        if budget:
+            ax.axvline(budget / 10.0**power, color="black", linestyle=":", linewidth=0.8, label="budget")
         ax.set_xlabel(f"cumulative compute ($10^{{{power}}}$ FLOPs)")
         ax.set_ylabel(f"{'held-out' if bench == 'heldout' else bench} accuracy (%)")
     for ax in list(axes.flat)[len(benches):]:
@@ -174,3 +181,24 @@ def pass_rate_distribution(rates: pd.DataFrame, out_dir: Path, windows: int = 10
                ncols=len(PASS_BINS), frameon=False, bbox_to_anchor=(0.5, -0.02))
     fig.tight_layout(rect=(0, 0.14, 1, 1))
     return _save(fig, out_dir, "pass_rate_distribution")
+
+
+def flops_by_phase(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Stacked bars: each label's training FLOPs (seed mean) by phase, from the ledger's flops_* columns.
+    Probe rollouts (ASTRAL's reference set) are generation and sit in the rollout part."""
+    plt = _plt()
+    labels = order(summary["label"])
+    means = summary.groupby("label")[list(PHASES)].mean().loc[labels]
+    peak = float(means.sum(axis=1).max())
+    power = int(np.floor(np.log10(peak))) if peak > 0 else 0
+    fig, ax = plt.subplots(figsize=(max(COLUMN_IN[0], 0.55 * len(labels) + 1.2), COLUMN_IN[1]))
+    bottom = np.zeros(len(labels))
+    for column, (name, color) in PHASES.items():
+        values = means[column].to_numpy(float) / 10.0**power
+        ax.bar(labels, values, bottom=bottom, color=color, label=name, width=0.7)
+        bottom += values
+    ax.set_ylabel(f"training compute ($10^{{{power}}}$ FLOPs)")
+    ax.tick_params(axis="x", rotation=30)
+    ax.grid(axis="x", visible=False)
+    _legend_below(fig, ax)
+    return _save(fig, out_dir, "flops_by_phase")
