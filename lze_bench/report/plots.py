@@ -73,8 +73,11 @@ def _save(fig, out_dir: Path, name: str) -> list[Path]:
 def _legend_below(fig, ax) -> None:
     """One legend row under the axes, so no line is ever hidden behind it."""
     handles, labels = ax.get_legend_handles_labels()
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
-    fig.legend(handles, labels, loc="lower center", ncols=len(labels) if len(labels) <= 5 else 3, frameon=False,
+    ncols = len(labels) if len(labels) <= 5 else 4
+    rows = -(-len(labels) // ncols)
+    height = fig.get_size_inches()[1]
+    fig.tight_layout(rect=(0, min(0.45, (0.12 + 0.16 * rows) / height), 1, 1))  # ~0.16 in per legend row
+    fig.legend(handles, labels, loc="lower center", ncols=ncols, frameon=False,
                bbox_to_anchor=(0.5, 0.0), handlelength=1.5, columnspacing=1.0)
 
 
