@@ -25,7 +25,7 @@ import pandas as pd
 
 from lze_bench.report.data import (accuracy_points, flop_budget, heldout_problems, load_runs, pass_rates, per_step,
                                    run_summary)
-from lze_bench.report.formats import budget_cells, cost_cells, latex, markdown, reach_cells
+from lze_bench.report.formats import budget_cells, cost_cells, latex, markdown, reach_cells, sci
 from lze_bench.report.document import report_md
 from lze_bench.report.paired import ReportOptions, at_budget, reach, table_budget, table_reach
 from lze_bench.report.tables import BASELINE, cost_table
@@ -70,7 +70,7 @@ def write_tables(report: dict, out: Path) -> dict[str, str]:
     """Markdown/LaTeX/CSV files; returns the Markdown of each table for report.md."""
     texts = {}
     budget = report["budget"]
-    at = f"the FLOP budget ({budget:.3g})" if budget else "the end of each run (no common trainer.flop_budget)"
+    at = f"the FLOP budget ({sci(budget)} FLOPs)" if budget else "the end of each run (no common trainer.flop_budget)"
     caption1 = (f"Accuracy at {at}: mean ± 95% CI over seeds, and the paired difference to uniform GRPO on the "
                 "same seed (mean ± 95% paired t-interval).")
     texts["table1"] = _write_table(out, "table1", budget_cells(report["table1"], budget), caption1,

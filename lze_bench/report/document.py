@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from lze_bench.report.formats import sci
 from lze_bench.report.paired import heldout_standard_error
 from lze_bench.report.tables import BASELINE
 
@@ -24,8 +25,9 @@ def _sampling_error(report: dict) -> str:
     se = heldout_standard_error(p, problems)
     return (f"Held-out sampling error: {problems} problems, decoded greedily (a deterministic function of the "
             f"weights), so the only sampling error is which problems were drawn: the binomial standard error at "
-            f"uniform's {100 * p:.1f}% is √(p(1−p)/n) = {100 * se:.1f} points (95%: ± {196 * se:.1f}). Paired runs "
-            "are scored on the same problems, so a difference between them carries less than that.")
+            f"uniform's {100 * p:.1f}% is √(p(1−p)/n) = {100 * se:.1f} points (95%: ± {196 * se:.1f}). A paired "
+            "difference carries at most √2 times that (less, since both runs are scored on the same problems), "
+            "and the interval over seeds already includes it.")
 
 
 def _capped(report: dict) -> str:
@@ -34,7 +36,7 @@ def _capped(report: dict) -> str:
                 "fewer FLOPs per step also got less compute; Table 1 is then not an equal-compute comparison.")
     capped = sorted(f"{r.label} seed {r.seed}" for r in report["runs"] if r.done.get("stopped_by") == "steps")
     if not capped:
-        return f"Every run stopped on the FLOP budget ({report['budget']:.3g} FLOPs), none on the step cap."
+        return f"Every run stopped on the FLOP budget ({sci(report['budget'])} FLOPs), none on the step cap."
     return (f"**Stopped on the step cap before the budget** (less compute than the others; compare with care): "
             f"{', '.join(capped)}.")
 
@@ -46,7 +48,7 @@ def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: li
     budget = report["budget"]
     has_budget = bool(budget) and math.isfinite(budget)
     at = "the FLOP budget" if has_budget else "the end of each run"
-    title1 = f"{budget:.3g} FLOPs each" if has_budget else "no common FLOP budget: at the end of each run"
+    title1 = f"{sci(budget)} FLOPs each" if has_budget else "no common FLOP budget: at the end of each run"
     lines = [
         f"# Report: {name}",
         "",
