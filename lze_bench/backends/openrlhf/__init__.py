@@ -81,6 +81,7 @@ class OpenRLHFBackendConfig:
     # checkpoints, grading, logging
     ckpt_max_num: int = 2  # DeepSpeed states kept for resume (HF checkpoints are all kept)
     grade_timeout_s: float = 5.0
+    placement_timeout_s: float = 600.0  # fail a run whose Ray placement groups are not ready by then (never hang)
     grade_workers: int = 2  # grading processes per vLLM engine
     tensorboard: bool = False
     extra_args: List[str] = field(default_factory=list)  # any further OpenRLHF flag, verbatim
@@ -107,6 +108,7 @@ class OpenRLHFBackendConfig:
             "backend.loss_agg_mode", "use token-mean or seq-mean-token-mean",
         )
         require(self.grade_timeout_s > 0, "backend.grade_timeout_s", "must be > 0")
+        require(self.placement_timeout_s > 0, "backend.placement_timeout_s", "must be > 0")
 
 
 def require_openrlhf() -> str:
