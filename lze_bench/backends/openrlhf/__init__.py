@@ -34,6 +34,29 @@ from lze_bench.registry import BACKENDS
 # 0.11.0 and 0.11.2, so the pin is exact.
 SUPPORTED_OPENRLHF = ("0.11.2",)
 RAY_VERSION = "2.55.0"  # openrlhf 0.11.2 pins ray[default]==2.55.0
+VLLM_VERSION = "0.29.0"  # openrlhf 0.11.2's [vllm] extra pins vllm==0.29.0
+INSTALL = "pip install 'lze-bench[openrlhf]'"
+# Packages OpenRLHF imports at module level on a GPU node, and the command that installs each
+# (flash-attn and DeepSpeed compile against the installed CUDA torch; README "OpenRLHF backend").
+GPU_STACK = {
+    "vllm": f"pip install 'lze-bench[openrlhf]' (vllm=={VLLM_VERSION})",
+    "flash_attn": "pip install flash-attn==2.8.3 --no-build-isolation",
+    "deepspeed": "pip install deepspeed==0.19.6",
+    "ray": f"pip install 'ray[default]=={RAY_VERSION}'",
+}
+
+# Trainer defaults for a Hugging Face math model on this backend (sweeps/qwen25_math_1p5b.yaml,
+# openrlhf.md §12); the `trainer.*` schema defaults are tuned for the embedded tiny policy
+# (96 new tokens, lr 3e-5, 16 prompts) and must never reach a real run. Keys given on the
+# command line win (lze_bench.config.compose).
+TRAINER_DEFAULTS = {
+    "steps": 200,
+    "eval_every": 20,
+    "checkpoint_every": 20,
+    "batch_size": 128,
+    "max_new_tokens": 3072,
+    "lr": 1e-6,
+}
 
 
 @dataclass
@@ -115,6 +138,8 @@ def require_openrlhf() -> str:
     """The installed OpenRLHF version, or one clear line saying what to install."""
     from importlib import metadata
 
+    import importlib.util
+
     try:
         version = metadata.version("openrlhf")
     except metadata.PackageNotFoundError:
@@ -123,14 +148,18 @@ def require_openrlhf() -> str:
         raise LzeBenchError(
             f"openrlhf {version} is installed, but backend=openrlhf supports only openrlhf=="
             f"{' or =='.join(SUPPORTED_OPENRLHF)} (it overrides private methods read in that release); "
-            "install it with: pip install 'lze-bench[openrlhf]'"
+            f"install it with: {INSTALL}"
         )
+    for module, command in GPU_STACK.items():
+        if importlib.util.find_spec(module) is None:
+            raise LzeBenchError(f"{module} is not installed (OpenRLHF {version} imports it); install it with: {command}")
     return version
 
 
 @BACKENDS.add("openrlhf")
 class OpenRLHFBackend:
     Config = OpenRLHFBackendConfig
+    trainer_defaults = TRAINER_DEFAULTS
 
     @staticmethod
     def train(cfg):
