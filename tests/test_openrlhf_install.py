@@ -38,12 +38,12 @@ def test_missing_gpu_package_names_its_install_command(monkeypatch, module, comm
     import importlib.util
     from importlib import metadata
 
-    from lze_bench.backends.openrlhf import require_openrlhf
+    from lze_bench.backends.openrlhf import require_gpu_stack
 
     monkeypatch.setattr(metadata, "version", lambda name: "0.11.2")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else object())
     with pytest.raises(LzeBenchError) as info:
-        require_openrlhf()
+        require_gpu_stack()
     assert str(info.value) == f"{module} is not installed (OpenRLHF 0.11.2 imports it); install it with: {command}"
 
 

@@ -138,8 +138,6 @@ def require_openrlhf() -> str:
     """The installed OpenRLHF version, or one clear line saying what to install."""
     from importlib import metadata
 
-    import importlib.util
-
     try:
         version = metadata.version("openrlhf")
     except metadata.PackageNotFoundError:
@@ -150,10 +148,17 @@ def require_openrlhf() -> str:
             f"{' or =='.join(SUPPORTED_OPENRLHF)} (it overrides private methods read in that release); "
             f"install it with: {INSTALL}"
         )
+    return version
+
+
+def require_gpu_stack() -> None:
+    """One clear line naming the install command of the first package OpenRLHF imports that is missing."""
+    import importlib.util
+
+    version = require_openrlhf()
     for module, command in GPU_STACK.items():
         if importlib.util.find_spec(module) is None:
             raise LzeBenchError(f"{module} is not installed (OpenRLHF {version} imports it); install it with: {command}")
-    return version
 
 
 @BACKENDS.add("openrlhf")

@@ -69,13 +69,13 @@ def install_trainer():
 
 
 def run(config_path: str, flags: list[str]) -> None:
-    from lze_bench.backends.openrlhf import require_openrlhf
+    from lze_bench.backends.openrlhf import require_gpu_stack
     from lze_bench.backends.openrlhf.checkpoints import set_aside_unloadable
     from lze_bench.backends.openrlhf.command import RunPaths
     from lze_bench.backends.openrlhf.context import finish_run, load_run_config
     from lze_bench.backends.openrlhf.placement import bounded_placement
 
-    require_openrlhf()
+    require_gpu_stack()
     cfg = load_run_config(config_path)
     env = actor_env(cfg, config_path)
     os.environ.update(env)  # the driver process reads them too

@@ -89,9 +89,9 @@ def train(cfg) -> Path:
         return _run_node(cfg)
     if cfg.launcher.name == "slurm":
         return _submit(cfg)
-    from lze_bench.backends.openrlhf import require_openrlhf
+    from lze_bench.backends.openrlhf import require_gpu_stack
 
-    require_openrlhf()
+    require_gpu_stack()
     paths, argv = prepare(cfg)
     code = subprocess.run(argv, check=False).returncode
     if code != 0:
