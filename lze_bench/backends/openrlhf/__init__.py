@@ -16,7 +16,9 @@ Modules, one concern each:
   accounting.py  ledger rows and FLOPs for the passes OpenRLHF runs
   reward_func.py OpenRLHF's reward hook -> lze_bench.grading in a process pool
   data.py        the prompts JSONL OpenRLHF reads (input + label {id, answer})
-  slurm.py       the Slurm/submitit job body: Ray head and workers, driver, teardown
+  slurm.py       the Slurm/submitit job body: Ray head and workers, driver, teardown, requeue
+  placement.py   Ray CPUs OpenRLHF reserves; its placement-group waits, bounded
+  checkpoints.py which OpenRLHF checkpoint a rerun resumes from (unloadable ones set aside)
   script.py      the Slurm job script text (`--dry-run` with launcher=slurm)
 """
 
