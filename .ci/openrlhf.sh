@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# OpenRLHF 0.11.2 on CPU, for tests/test_openrlhf_hooks.py (shared/specs/openrlhf.md §11).
+# OpenRLHF 0.11.2 on CPU, for tests/test_openrlhf_hooks.py and tests/test_openrlhf_e2e.py (openrlhf.md §11).
 # - openrlhf itself with --no-deps: its pins flash-attn==2.8.3 (CUDA build) and
 #   transformers==5.15.0 (would replace the installed 5.x) are not installed; vllm and
-#   flash_attn are replaced by tests/stubs in that test file only.
+#   flash_attn are replaced by tests/stubs in those test files only.
 # - deepspeed 0.19.6 has no wheel: built from source with DS_BUILD_OPS=0 (no CUDA ops).
 # - torch is held at 2.13.0 by a constraint so pip can never swap it for a CUDA build.
 # About a minute on a fresh machine (downloads + the deepspeed build).

@@ -46,7 +46,7 @@ LEDGER_COLUMNS: dict[str, str] = {
     "samples": "int64",  # responses generated (rolled out x n, probes included)
     "prompt_tokens": "int64",  # prompt tokens of every generated response
     "generated_tokens": "int64",  # response tokens of every generated response
-    "trained_tokens": "int64",  # prompt + response tokens of every trained sequence
+    "trained_tokens": "int64",  # prompt + response tokens of every trained sequence, summed over PPO epochs
     "flops_rollout": "int64",
     "flops_logprob": "int64",
     "flops_train": "int64",
@@ -225,7 +225,10 @@ def read_rollouts(run_dir: str | os.PathLike) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in ROLLOUT_COLUMNS})
     frame = pd.concat(frames, ignore_index=True)
-    frame = frame.drop_duplicates(subset=["step", "prompt_id"], keep="last")
+    # the same row in the compacted file and a part file (a crash mid-compaction) is kept once;
+    # a prompt rolled out in two rounds of one step is two rows (`round` tells them apart)
+    key = ["step", "prompt_id", "round"] if "round" in frame else ["step", "prompt_id"]
+    frame = frame.drop_duplicates(subset=key, keep="last")
     return frame.sort_values(["step"], kind="stable").reset_index(drop=True)
 
 

@@ -205,7 +205,8 @@ def test_dry_run_slurm_prints_job_script_field_by_field(tmp_path):
     ]
     assert "source /fs/venv/bin/activate" in lines
     head = next(line for line in lines if line.startswith("#   rank 0:"))
-    for part in ("ray start --head", "--port=<port>", "--num-gpus=8", "--num-cpus=64", "--disable-usage-stats",
+    for part in (f"{sys.executable} -m ray.scripts.scripts start --head --block", "--port=<port>", "--num-gpus=8",
+                 "--num-cpus=64", "--disable-usage-stats",
                  "--include-dashboard=false", "/tmp/ray_$SLURM_JOB_ID"):
         assert part in head
     worker = next(line for line in lines if line.startswith("#   rank>0:"))

@@ -157,6 +157,8 @@ def compose(name: str, overrides: list[str] | tuple[str, ...] = ()):
         raise LzeBenchError(unknown_choice("command config", name, CONFIGS))
     overrides = rewrite_recipe_paths(rewrite_model_override(list(overrides)))
     _check_group_choices(overrides)
+    if name == "train":
+        overrides = backend_trainer_defaults(overrides) + overrides
     GlobalHydra.instance().clear()
     with initialize(version_base=None, config_path=None):
         try:
@@ -165,6 +167,21 @@ def compose(name: str, overrides: list[str] | tuple[str, ...] = ()):
             raise LzeBenchError(_one_line(exc, name, overrides)) from exc
     to_objects(cfg)  # runs every schema's __post_init__ (value checks)
     return cfg
+
+
+def backend_trainer_defaults(overrides: list[str]) -> list[str]:
+    """`trainer.K=V` for a backend's own trainer defaults (its `trainer_defaults`) not set in `overrides`.
+
+    The trainer schema's defaults fit the embedded tiny policy; a backend for
+    real models (openrlhf) declares its own, applied before the user's overrides.
+    """
+    from lze_bench.registry import BACKENDS
+
+    chosen = [o.partition("=")[2] for o in overrides if o.partition("=")[0].lstrip("+~") == "backend"]
+    entry = BACKENDS.get(chosen[-1]) if chosen else None
+    defaults = getattr(entry, "trainer_defaults", None) or {}
+    given = {o.partition("=")[0].lstrip("+~") for o in overrides}
+    return [f"trainer.{key}={value}" for key, value in defaults.items() if f"trainer.{key}" not in given]
 
 
 def to_objects(cfg):

@@ -11,7 +11,10 @@ and the field.
 
 Choices (ours): every row must have the same number of rewards (one run has
 one group size); an optional column present in some rows must be present in
-all; booleans count as 0/1 rewards; `(step, prompt_id)` must be unique.
+all; booleans count as 0/1 rewards; `(step, prompt_id)` must be unique,
+except in a log with a `round` column (a backend's refill rounds can roll a
+prompt out twice in one step): there the first round's group of each prompt is
+the one replayed, the others are dropped before the checks.
 """
 
 from __future__ import annotations
@@ -75,6 +78,12 @@ def read_log(path: str | Path) -> RolloutLogData:
         frame = pd.DataFrame.from_records(records)
     if len(frame) == 0:
         raise LzeBenchError(f"{path}: the log has no rows")
+    if "round" in frame and {"step", "prompt_id"} <= set(frame.columns):
+        first = ~frame.sort_values(["step", "round"], kind="stable").duplicated(["step", "prompt_id"])
+        keep = first.reindex(frame.index).to_numpy()
+        frame = frame[keep].reset_index(drop=True)
+        names = [name for name, k in zip(names, keep) if k]
+        records = [r for r, k in zip(records, keep) if k] if records is not None else None
     return _typed(path, frame, records, names)
 
 

@@ -16,7 +16,9 @@ Modules, one concern each:
   accounting.py  ledger rows and FLOPs for the passes OpenRLHF runs
   reward_func.py OpenRLHF's reward hook -> lze_bench.grading in a process pool
   data.py        the prompts JSONL OpenRLHF reads (input + label {id, answer})
-  slurm.py       the Slurm/submitit job body: Ray head and workers, driver, teardown
+  slurm.py       the Slurm/submitit job body: Ray head and workers, driver, teardown, requeue
+  placement.py   Ray CPUs OpenRLHF reserves; its placement-group waits, bounded
+  checkpoints.py which OpenRLHF checkpoint a rerun resumes from (unloadable ones set aside)
   script.py      the Slurm job script text (`--dry-run` with launcher=slurm)
 """
 
@@ -34,6 +36,29 @@ from lze_bench.registry import BACKENDS
 # 0.11.0 and 0.11.2, so the pin is exact.
 SUPPORTED_OPENRLHF = ("0.11.2",)
 RAY_VERSION = "2.55.0"  # openrlhf 0.11.2 pins ray[default]==2.55.0
+VLLM_VERSION = "0.29.0"  # openrlhf 0.11.2's [vllm] extra pins vllm==0.29.0
+INSTALL = "pip install 'lze-bench[openrlhf]'"
+# Packages OpenRLHF imports at module level on a GPU node, and the command that installs each
+# (flash-attn and DeepSpeed compile against the installed CUDA torch; README "OpenRLHF backend").
+GPU_STACK = {
+    "vllm": f"pip install 'lze-bench[openrlhf]' (vllm=={VLLM_VERSION})",
+    "flash_attn": "pip install flash-attn==2.8.3 --no-build-isolation",
+    "deepspeed": "pip install deepspeed==0.19.6",
+    "ray": f"pip install 'ray[default]=={RAY_VERSION}'",
+}
+
+# Trainer defaults for a Hugging Face math model on this backend (sweeps/qwen25_math_1p5b.yaml,
+# openrlhf.md §12); the `trainer.*` schema defaults are tuned for the embedded tiny policy
+# (96 new tokens, lr 3e-5, 16 prompts) and must never reach a real run. Keys given on the
+# command line win (lze_bench.config.compose).
+TRAINER_DEFAULTS = {
+    "steps": 200,
+    "eval_every": 20,
+    "checkpoint_every": 20,
+    "batch_size": 128,
+    "max_new_tokens": 3072,
+    "lr": 1e-6,
+}
 
 
 @dataclass
@@ -81,6 +106,7 @@ class OpenRLHFBackendConfig:
     # checkpoints, grading, logging
     ckpt_max_num: int = 2  # DeepSpeed states kept for resume (HF checkpoints are all kept)
     grade_timeout_s: float = 5.0
+    placement_timeout_s: float = 600.0  # fail a run whose Ray placement groups are not ready by then (never hang)
     grade_workers: int = 2  # grading processes per vLLM engine
     tensorboard: bool = False
     extra_args: List[str] = field(default_factory=list)  # any further OpenRLHF flag, verbatim
@@ -107,6 +133,7 @@ class OpenRLHFBackendConfig:
             "backend.loss_agg_mode", "use token-mean or seq-mean-token-mean",
         )
         require(self.grade_timeout_s > 0, "backend.grade_timeout_s", "must be > 0")
+        require(self.placement_timeout_s > 0, "backend.placement_timeout_s", "must be > 0")
 
 
 def require_openrlhf() -> str:
@@ -121,14 +148,25 @@ def require_openrlhf() -> str:
         raise LzeBenchError(
             f"openrlhf {version} is installed, but backend=openrlhf supports only openrlhf=="
             f"{' or =='.join(SUPPORTED_OPENRLHF)} (it overrides private methods read in that release); "
-            "install it with: pip install 'lze-bench[openrlhf]'"
+            f"install it with: {INSTALL}"
         )
     return version
+
+
+def require_gpu_stack() -> None:
+    """One clear line naming the install command of the first package OpenRLHF imports that is missing."""
+    import importlib.util
+
+    version = require_openrlhf()
+    for module, command in GPU_STACK.items():
+        if importlib.util.find_spec(module) is None:
+            raise LzeBenchError(f"{module} is not installed (OpenRLHF {version} imports it); install it with: {command}")
 
 
 @BACKENDS.add("openrlhf")
 class OpenRLHFBackend:
     Config = OpenRLHFBackendConfig
+    trainer_defaults = TRAINER_DEFAULTS
 
     @staticmethod
     def train(cfg):

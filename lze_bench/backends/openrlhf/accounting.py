@@ -7,7 +7,8 @@ Passes OpenRLHF 0.11.2 runs per step, and what we charge (lze_bench.flops):
   run, also with one PPO epoch):                            F(L)
 * reference forward, every trained sample, only when `trainer.kl_coef > 0`
   (OpenRLHF builds no reference model otherwise):           F(L)
-* PPO update, `trainer.ppo_epochs` passes over trained samples: 3 F(L) each
+* PPO update, `trainer.ppo_epochs` passes over trained samples: 3 F(L) each;
+  `trained_tokens` counts those passes too (L summed over samples x epochs)
 
 `L` is the sequence as OpenRLHF trains it (`Experience.total_length`, after its
 truncation to `data.max_len`). Padding and packing overheads are not work on
@@ -56,7 +57,7 @@ def ledger_row(record, status: dict, flops: FlopModel, *, ppo_epochs: int, refer
         "samples": int(sum(len(g.rewards) for g in generated)),
         "prompt_tokens": int(_concat(generated, "prompt_tokens").sum()),
         "generated_tokens": int(_concat(generated, "response_tokens").sum()),
-        "trained_tokens": int(trained.sum()),
+        "trained_tokens": int(ppo_epochs) * int(trained.sum()),  # every PPO epoch, as the local backend
         "flops_rollout": flops.generation(_concat(generated, "prompt_tokens"), _concat(generated, "response_tokens")),
         "flops_logprob": logprob_passes * flops.logprob(trained),
         "flops_train": int(ppo_epochs) * flops.train(trained),
@@ -75,7 +76,13 @@ def ledger_row(record, status: dict, flops: FlopModel, *, ppo_epochs: int, refer
 
 
 def rollout_rows(record) -> list[dict]:
-    """One row per rolled-out prompt of the step (probes excluded: they are not training rollouts)."""
+    """One row per rolled-out group of the step, every round (probes excluded: they are not training rollouts).
+
+    A prompt can be rolled out twice in one step (refill rounds crossing an
+    epoch boundary); `round` keeps both rows, so the rows always match the
+    ledger's `prompts_rolled_out`.
+    """
+    rounds = list(record.rounds) or [0] * len(record.rolled)
     return [
         {
             "step": record.step,
@@ -83,6 +90,7 @@ def rollout_rows(record) -> list[dict]:
             "rewards": [float(r) for r in group.rewards],
             "response_tokens": [int(t) for t in group.response_tokens],
             "kept": bool(kept),
+            "round": int(round_index),
         }
-        for group, kept in zip(record.rolled, record.kept_flags)
+        for group, kept, round_index in zip(record.rolled, record.kept_flags, rounds)
     ]

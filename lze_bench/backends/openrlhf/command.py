@@ -216,37 +216,63 @@ def check(cfg) -> None:
             f"trainer.batch_size: {t.batch_size} prompts x {t.n_samples} samples = {samples} must be divisible by "
             f"backend.train_micro_batch_size x GPUs = {b.train_micro_batch_size} x {world} (DeepSpeed accumulation)"
         )
-    if samples // b.rollout_micro_batch_size < world:
+    # OpenRLHF cuts the step's samples into micro-batches of rollout.micro_batch_size
+    # (experience_maker.split_rollout_samples) and deals them to the DP ranks in
+    # ceil-sized chunks (RayActorGroup.async_run_method_batch): an uneven count leaves
+    # a rank short or empty, and DeepSpeed's collectives then hang.
+    micro, rest = divmod(samples, b.rollout_micro_batch_size)
+    if rest or micro % world:
         raise LzeBenchError(
-            f"backend.rollout_micro_batch_size: {samples} samples / {b.rollout_micro_batch_size} gives fewer "
-            f"micro-batches than the {world} actor GPUs"
+            f"backend.rollout_micro_batch_size: {samples} samples in micro-batches of {b.rollout_micro_batch_size} "
+            f"must split evenly over the {world} actor GPUs (whole micro-batches, the same count per GPU)"
         )
     _check_selector(cfg)
+
+
+def runnable_selectors() -> list[str]:
+    """Registered selectors this backend runs: those needing no backend features (`requires`)."""
+    from lze_bench.registry import SELECTORS
+
+    import lze_bench.selectors  # noqa: F401  (registers them)
+
+    return sorted(name for name in SELECTORS if not getattr(SELECTORS[name], "requires", ()))
 
 
 def _check_selector(cfg) -> None:
     from lze_bench.registry import SELECTORS
 
-    import lze_bench.selectors  # noqa: F401  (registers them)
-
     name = cfg.selector.name
     cls = SELECTORS.get(name)
-    if cls is not None and getattr(cls, "requires", ()):
+    if name not in runnable_selectors() and cls is not None:
         raise LzeBenchError(
             f"selector={name} needs {', '.join(cls.requires)} from the backend, which backend=openrlhf does not "
             "compute yet; use backend=local for this selector"
         )
 
 
+def _resolve(flag: str, known) -> list[str]:
+    """Flags `flag` can stand for under argparse's prefix matching (OpenRLHF's parser has allow_abbrev on)."""
+    return [flag] if flag in known else sorted(k for k in known if k.startswith(flag))
+
+
 def _check_extra_args(extra: list[str], ours: set[str]) -> None:
+    """Refuse by destination: `--train.async_e` is `--train.async_enable` to OpenRLHF's argparse."""
     for token in extra:
         if not token.startswith("--"):
             continue
         flag = token.split("=", 1)[0]
-        if flag in REFUSED:
-            raise LzeBenchError(f"backend.extra_args: {flag} is not supported by backend=openrlhf: {REFUSED[flag]}")
-        if flag in ours:
+        refused = _resolve(flag, REFUSED)
+        if refused:
             raise LzeBenchError(
-                f"backend.extra_args: {flag} is already set from the config; change the lze-bench key instead "
-                "(see `lze-bench train backend=openrlhf --dry-run`)"
+                f"backend.extra_args: {_named(flag, refused)} is not supported by backend=openrlhf: {REFUSED[refused[0]]}"
             )
+        taken = _resolve(flag, ours)
+        if taken:
+            raise LzeBenchError(
+                f"backend.extra_args: {_named(flag, taken)} is already set from the config; change the "
+                "lze-bench key instead (see `lze-bench train backend=openrlhf --dry-run`)"
+            )
+
+
+def _named(flag: str, resolved: list[str]) -> str:
+    return flag if resolved == [flag] else f"{flag} (= {' or '.join(resolved)})"

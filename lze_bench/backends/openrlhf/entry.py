@@ -15,6 +15,10 @@ is exactly what `lze-bench train backend=openrlhf --dry-run` prints. It
    OpenRLHF's own parser, validation and `train()` run unchanged;
 5. when it returns, checks the ledger is complete, compacts the rollout log and
    writes DONE.
+Before OpenRLHF starts, an interrupted first checkpoint is set aside
+(checkpoints.py), and OpenRLHF's placement groups are awaited for at most
+`backend.placement_timeout_s` (placement.py). The driver's PYTHONPATH, when
+set, is passed to every actor so they import the same lze_bench.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import logging
 import os
 import runpy
 import sys
+from pathlib import Path
 
 from lze_bench.errors import LzeBenchError
 
@@ -47,6 +52,7 @@ def actor_env(cfg, config_path: str) -> dict[str, str]:
         "LZE_CONFIG": str(os.path.abspath(config_path)),
         "LZE_GRADE_TIMEOUT_S": str(cfg.backend.grade_timeout_s),
         "LZE_GRADE_WORKERS": str(cfg.backend.grade_workers),
+        **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}),
     }
 
 
@@ -63,23 +69,28 @@ def install_trainer():
 
 
 def run(config_path: str, flags: list[str]) -> None:
-    from lze_bench.backends.openrlhf import require_openrlhf
+    from lze_bench.backends.openrlhf import require_gpu_stack
+    from lze_bench.backends.openrlhf.checkpoints import set_aside_unloadable
+    from lze_bench.backends.openrlhf.command import RunPaths
     from lze_bench.backends.openrlhf.context import finish_run, load_run_config
+    from lze_bench.backends.openrlhf.placement import bounded_placement
 
-    require_openrlhf()
+    require_gpu_stack()
     cfg = load_run_config(config_path)
     env = actor_env(cfg, config_path)
     os.environ.update(env)  # the driver process reads them too
     import ray
 
     address = cfg.backend.ray_address or os.environ.get(ENV_RAY_ADDRESS) or None
+    set_aside_unloadable(RunPaths(Path(cfg.run_dir)).ckpt)
     ray.init(address=address, runtime_env={"env_vars": env})
     try:
         install_trainer()
         saved_argv = sys.argv
         sys.argv = [OPENRLHF_CLI, *flags]
         try:
-            runpy.run_module(OPENRLHF_CLI, run_name="__main__", alter_sys=True)
+            with bounded_placement(float(cfg.backend.placement_timeout_s)):
+                runpy.run_module(OPENRLHF_CLI, run_name="__main__", alter_sys=True)
         finally:
             sys.argv = saved_argv
         finish_run(cfg.run_dir, int(cfg.trainer.steps))

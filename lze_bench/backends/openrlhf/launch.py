@@ -89,9 +89,9 @@ def train(cfg) -> Path:
         return _run_node(cfg)
     if cfg.launcher.name == "slurm":
         return _submit(cfg)
-    from lze_bench.backends.openrlhf import require_openrlhf
+    from lze_bench.backends.openrlhf import require_gpu_stack
 
-    require_openrlhf()
+    require_gpu_stack()
     paths, argv = prepare(cfg)
     code = subprocess.run(argv, check=False).returncode
     if code != 0:
@@ -103,8 +103,10 @@ def _run_node(cfg) -> Path:
     from lze_bench.backends.openrlhf.command import cluster_shape
     from lze_bench.backends.openrlhf.slurm import NodeRole, node_main
 
+    from lze_bench.backends.openrlhf.placement import ray_cpus
+
     _, gpus = cluster_shape(cfg)
-    role = NodeRole.from_env(gpus)
+    role = NodeRole.from_env(gpus, ray_cpus(cfg))
     paths = prepare(cfg)[0] if role.rank == 0 else resolve_paths(cfg)
     code = node_main(paths.run_dir, role)
     if code != 0:
@@ -116,14 +118,15 @@ def _submit(cfg) -> Path:
     import submitit
 
     from lze_bench.backends.openrlhf.command import cluster_shape
+    from lze_bench.backends.openrlhf.placement import ray_cpus
     from lze_bench.backends.openrlhf.slurm import OpenRLHFJob, executor_parameters
 
     paths, _ = prepare(cfg)
     params = executor_parameters(cfg, paths.work / "slurm")
     folder = params.pop("folder")
-    executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
+    executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=params.pop("max_requeue"))
     executor.update_parameters(**params)
-    job = executor.submit(OpenRLHFJob(), str(paths.run_dir), cluster_shape(cfg)[1])
+    job = executor.submit(OpenRLHFJob(), str(paths.run_dir), cluster_shape(cfg)[1], ray_cpus(cfg))
     print(f"submitted Slurm job {job.job_id} for {paths.run_dir}", file=sys.stderr)
     (paths.work / "slurm").mkdir(parents=True, exist_ok=True)
     (paths.work / "slurm" / "job_id").write_text(f"{job.job_id}\n")

@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 
 from lze_bench.backends.openrlhf.command import format_command
-from lze_bench.backends.openrlhf.slurm import RAY_BASE_PORT, STOP_COMMAND, NodeRole, head_command, worker_command
+from lze_bench.backends.openrlhf.slurm import RAY_BASE_PORT, NodeRole, head_command, worker_command
 
 SBATCH_KEYS = {  # submitit parameter -> #SBATCH option
     "name": "job-name",
@@ -50,8 +50,10 @@ def job_script(cfg, run_dir: Path, driver_argv: list[str], python: str = "python
     log_dir = run_dir / "openrlhf" / "slurm"
     params = executor_parameters(cfg, log_dir)
     nodes, gpus = params["nodes"], params["gpus_per_node"]
+    from lze_bench.backends.openrlhf.placement import ray_cpus
+
     role = NodeRole(rank=0, num_nodes=nodes, head_host="<head>", job_id="$SLURM_JOB_ID", attempt=0, gpus=gpus,
-                    cpus=params["cpus_per_task"])
+                    cpus=max(int(params["cpus_per_task"]), ray_cpus(cfg)))
     placeholders = {str(role.port + k): f"<port+{k}>" for k in range(1, 4)}
     placeholders[str(role.port)] = "<port>"
 
@@ -70,9 +72,11 @@ def job_script(cfg, run_dir: Path, driver_argv: list[str], python: str = "python
         f"# One task per node (slurm.node_main). <port> = {RAY_BASE_PORT} + 4 x (job id mod 10000), <head> = first node.",
         f"#   rank 0:  {shown(head_command(role, '<head-ip>'))}",
         f"#            waits for {nodes} Ray node(s), runs the driver below with LZE_RAY_ADDRESS=<head-ip>:<port>,",
-        f"#            writes {log_dir}/done-$SLURM_JOB_ID-<restart count>, then: {shown(STOP_COMMAND)}",
+        f"#            writes {log_dir}/done-$SLURM_JOB_ID-<restart count>, then SIGTERM to its own `ray start`",
         f"#   rank>0:  {shown(worker_command(role, '<head-ip>'))}",
-        "#            until the done marker appears, then: ray stop",
+        "#            until the done marker appears, then SIGTERM to its own `ray start` (never `ray stop`)",
+        f"# USR2 (time limit/preemption): rank 0 runs `scontrol requeue $SLURM_JOB_ID` while the restart count "
+        f"< launcher.max_requeue={int(cfg.launcher.max_requeue)}",
         "# Driver (from openrlhf/command.json):",
         *("#   " + line for line in format_command(driver_argv).splitlines()),
         "",

@@ -76,6 +76,7 @@ class StepRecord:
     partial: bool = False
     rolled: list = field(default_factory=list)  # [Group] every training rollout, in order
     kept_flags: list = field(default_factory=list)  # bool per rolled group: reached the update
+    rounds: list = field(default_factory=list)  # int per rolled group: the generation round it came from
     probes: list = field(default_factory=list)  # [Group] measurement-only rollouts
     time_rollout_s: float = 0.0
     time_select_s: float = 0.0
@@ -159,6 +160,7 @@ class StepDriver:
                 kept.append(group)
             record.rolled.append(group)
             record.kept_flags.append(take)
+            record.rounds.append(round_index)
         record.partial = record.partial or bool(decision.partial)
         return int(decision.more)
 

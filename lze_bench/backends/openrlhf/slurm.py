@@ -14,7 +14,20 @@ Requeue: `OpenRLHFJob` is `submitit.helpers.Checkpointable`, so a timeout or
 preemption resubmits the same call; the rerun passes `--ckpt.load_enable`
 (always set) and resumes from the last DeepSpeed checkpoint, and the trainer
 restores the selector and data order (context.py). The same body runs from a
-plain `sbatch` script (script.py) as `python -m lze_bench.backends.openrlhf.slurm`.
+plain `sbatch` script (script.py) as `python -m lze_bench.backends.openrlhf.slurm`;
+there Slurm's warning signal (`--signal=USR2@90`) reaches this process, which
+requeues the job with `scontrol requeue` while SLURM_RESTART_COUNT <
+`launcher.max_requeue` (submitit does the same for its own jobs).
+
+Failure is failure: a non-zero driver exit raises in `OpenRLHFJob`, so submitit
+marks the job failed (`sweep status`, resubmission on rerun).
+
+Ray runs from the job's own interpreter (`sys.executable -m ray.scripts.scripts`,
+never a `ray` found on PATH) with `--block` on every node, and is torn down by
+terminating those processes only: Ray's own shutdown hook then stops exactly
+this cluster's daemons. `ray stop` is never called (it kills every Ray process
+of the user on the node, including another job's). Ray's CPU count is at least
+what OpenRLHF reserves (placement.ray_cpus), so its placement groups fit.
 """
 
 from __future__ import annotations
@@ -36,6 +49,8 @@ log = logging.getLogger(__name__)
 RAY_BASE_PORT = 20000
 NODE_WAIT_S = 600.0
 POLL_S = 10.0
+STOP_WAIT_S = 60.0
+RAY_CLI = (sys.executable, "-m", "ray.scripts.scripts")  # the job's interpreter, not PATH
 
 
 @dataclass(frozen=True)
@@ -58,7 +73,7 @@ class NodeRole:
         return f"/tmp/ray_{self.job_id}"
 
     @classmethod
-    def from_env(cls, gpus: int) -> "NodeRole":
+    def from_env(cls, gpus: int, min_cpus: int = 1) -> "NodeRole":
         env = os.environ
         if "SLURM_PROCID" not in env:
             raise LzeBenchError("not inside a Slurm job step (SLURM_PROCID unset); submit with launcher=slurm")
@@ -71,7 +86,7 @@ class NodeRole:
             job_id=env.get("SLURM_JOB_ID", "0"),
             attempt=int(env.get("SLURM_RESTART_COUNT", "0") or 0),
             gpus=int(gpus),
-            cpus=int(env.get("SLURM_CPUS_PER_TASK") or os.cpu_count() or 1),
+            cpus=max(int(env.get("SLURM_CPUS_PER_TASK") or os.cpu_count() or 1), int(min_cpus)),
         )
 
 
@@ -82,15 +97,23 @@ def _common(role: NodeRole, port: int) -> list[str]:
 
 
 def head_command(role: NodeRole, head_ip: str) -> list[str]:
-    return ["ray", "start", "--head", f"--node-ip-address={head_ip}", f"--port={role.port}",
+    return [*RAY_CLI, "start", "--head", "--block", f"--node-ip-address={head_ip}", f"--port={role.port}",
             f"--ray-client-server-port={role.port + 1}", "--include-dashboard=false", *_common(role, role.port)]
 
 
 def worker_command(role: NodeRole, head_ip: str) -> list[str]:
-    return ["ray", "start", f"--address={head_ip}:{role.port}", "--block", *_common(role, role.port)]
+    return [*RAY_CLI, "start", f"--address={head_ip}:{role.port}", "--block", *_common(role, role.port)]
 
 
-STOP_COMMAND = ["ray", "stop"]
+def stop_ray(proc: subprocess.Popen) -> None:
+    """Stop this job's Ray node: SIGTERM to its `ray start --block` (Ray's hook stops its daemons)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def done_marker(run_dir: str | Path, role: NodeRole) -> Path:
@@ -110,15 +133,15 @@ def node_main(run_dir: str | Path, role: NodeRole) -> int:
     marker = done_marker(run_dir, role)
     if role.rank > 0:
         return _worker(role, head_ip, marker)
-    subprocess.run(head_command(role, head_ip), check=True)
+    head = subprocess.Popen(head_command(role, head_ip))
     try:
-        _wait_for_nodes(f"{head_ip}:{role.port}", role.num_nodes)
+        _wait_for_nodes(f"{head_ip}:{role.port}", role.num_nodes, head)
         env = dict(os.environ, LZE_RAY_ADDRESS=f"{head_ip}:{role.port}")
         code = subprocess.run(load_driver_argv(run_dir), env=env, check=False).returncode
     finally:
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text("")
-        subprocess.run(STOP_COMMAND, check=False)
+        stop_ray(head)
     return code
 
 
@@ -129,16 +152,24 @@ def _worker(role: NodeRole, head_ip: str, marker: Path) -> int:
         while not marker.exists():
             time.sleep(POLL_S)
     finally:
-        subprocess.run(STOP_COMMAND, check=False)
-        proc.wait(timeout=120)
+        stop_ray(proc)
     return 0
 
 
-def _wait_for_nodes(address: str, num_nodes: int) -> None:
+def _wait_for_nodes(address: str, num_nodes: int, head: subprocess.Popen | None = None) -> None:
     import ray
 
     deadline = time.monotonic() + NODE_WAIT_S
-    ray.init(address=address)
+    while True:  # the head starts in the background (`--block`); connect once its GCS answers
+        if head is not None and head.poll() is not None:
+            raise LzeBenchError(f"the Ray head exited with code {head.returncode} before the driver started")
+        try:
+            ray.init(address=address)
+            break
+        except ConnectionError:
+            if time.monotonic() > deadline:
+                raise LzeBenchError(f"the Ray head at {address} did not answer within {NODE_WAIT_S:.0f} s")
+            time.sleep(POLL_S)
     try:
         while True:
             alive = sum(1 for node in ray.nodes() if node.get("Alive"))
@@ -167,6 +198,7 @@ def executor_parameters(cfg, folder: str | Path) -> dict:
         "slurm_exclusive": True,
         "slurm_setup": list(launcher.setup),
         "slurm_additional_parameters": {"requeue": True, **dict(launcher.additional_parameters)},
+        "max_requeue": int(launcher.max_requeue),  # submitit: AutoExecutor(slurm_max_num_timeout=...)
     }
     for key in ("partition", "account", "qos", "constraint"):
         if getattr(launcher, key):
@@ -181,13 +213,44 @@ try:  # submitit is a core dependency; the class is defined only when it imports
     import submitit
 
     class OpenRLHFJob(submitit.helpers.Checkpointable):
-        """The submitit callable: every task runs `node_main`; requeue resubmits the same call."""
+        """The submitit callable: every task runs `node_main`; requeue resubmits the same call.
 
-        def __call__(self, run_dir: str, gpus: int) -> int:
-            return node_main(run_dir, NodeRole.from_env(gpus))
+        A non-zero driver exit raises, so submitit reports the job FAILED (not COMPLETED).
+        """
+
+        def __call__(self, run_dir: str, gpus: int, cpus: int = 1) -> int:
+            role = NodeRole.from_env(gpus, cpus)
+            code = node_main(run_dir, role)
+            if code != 0:
+                raise LzeBenchError(f"the OpenRLHF driver exited with code {code} (job {role.job_id}); "
+                                    "rerun the same command to resume")
+            return code
 
 except ModuleNotFoundError:  # pragma: no cover
     OpenRLHFJob = None
+
+
+def requeue(job_id: str, restarts: int, max_requeue: int, run=None) -> bool:
+    """`scontrol requeue JOB` while restarts < max_requeue; True when requeued."""
+    if restarts >= max_requeue:
+        log.warning("job %s: time limit or preemption after %d requeue(s) (launcher.max_requeue=%d); not requeued",
+                    job_id, restarts, max_requeue)
+        return False
+    (run or subprocess.run)(["scontrol", "requeue", str(job_id)], check=False)
+    log.warning("job %s: requeued (%d/%d)", job_id, restarts + 1, max_requeue)
+    return True
+
+
+def install_requeue_handler(role: NodeRole, max_requeue: int) -> None:
+    """On Slurm's warning signal (USR2), rank 0 requeues the job; every rank then exits (its Ray stops)."""
+    import signal
+
+    def handler(signum, frame):
+        if role.rank == 0:
+            requeue(role.job_id, role.attempt, max_requeue)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGUSR2, handler)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,7 +260,13 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m lze_bench.backends.openrlhf.slurm RUN_DIR GPUS_PER_NODE", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO)
-    return node_main(args[0], NodeRole.from_env(int(args[1])))
+    from lze_bench.backends.openrlhf.context import load_run_config
+    from lze_bench.backends.openrlhf.placement import ray_cpus
+
+    cfg = load_run_config(Path(args[0]) / "config.yaml")
+    role = NodeRole.from_env(int(args[1]), ray_cpus(cfg))
+    install_requeue_handler(role, int(cfg.launcher.max_requeue))
+    return node_main(args[0], role)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ with `ray.remote` (entry.py installs it). Overrides, each calling OpenRLHF's own
 * `get_max_steps`: the LR schedule spans `trainer.steps x trainer.ppo_epochs`
   optimizer steps (one per PPO epoch, since train.batch_size = all samples);
 * `init_checkpoint_states`: after OpenRLHF restores its checkpoint, restore the
-  data order, step and selector state (resume, requeue);
+  data order, step and selector state (resume, requeue); an empty state (the
+  actors found nothing loadable) is a fresh start, not OpenRLHF's KeyError;
 * `save_logs_and_checkpoints`: once per step, write the ledger and rollout rows
   (lze_bench.ledger, FLOPs from lze_bench.flops), put our position into
   `client_states`, save the selector state, force a checkpoint at the last step,
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from openrlhf.trainer.ppo_trainer import PPOTrainer
 
+from lze_bench.backends.openrlhf.checkpoints import fresh_states
 from lze_bench.backends.openrlhf.context import CLIENT_STATE_KEY, RunContext
 from lze_bench.backends.openrlhf.generator import LzeSamplesGenerator
 
@@ -48,7 +50,7 @@ class LzePPOTrainer(BasePPOTrainer):
         return self.lze.total_steps * int(self.args.train.max_epochs)
 
     def init_checkpoint_states(self):
-        states = super().init_checkpoint_states()
+        states = super().init_checkpoint_states() or fresh_states()  # {}: the actors loaded nothing
         self.lze.restore(states)
         return states
 

@@ -1,0 +1,70 @@
+"""backend=openrlhf for a real model: trainer defaults, the install stack it needs, the one-GPU smoke sweep.
+
+Runs without OpenRLHF (config composition, messages, files).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lze_bench.backends.openrlhf.command import RunPaths, openrlhf_flags
+from lze_bench.config import compose
+from lze_bench.errors import LzeBenchError
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = REPO / "sweeps" / "qwen25_math_1p5b.yaml"
+
+
+def test_hf_model_never_inherits_the_tiny_trainer_defaults(tmp_path):
+    from lze_bench.backends.openrlhf import TRAINER_DEFAULTS
+
+    cfg = compose("train", ["backend=openrlhf", "model=Qwen/Qwen2.5-Math-1.5B", "backend.gpus_per_node=8"])
+    assert (cfg.trainer.max_new_tokens, cfg.trainer.lr, cfg.trainer.batch_size) == (3072, 1e-6, 128)
+    recipe = dict(o.split("=", 1) for o in yaml.safe_load(RECIPE.read_text())["overrides"])
+    for key, value in TRAINER_DEFAULTS.items():  # the recipe's values
+        assert float(recipe[f"trainer.{key}"].split("#")[0]) == value, key
+    mine = compose("train", ["backend=openrlhf", "model=Qwen/X", "backend.gpus_per_node=8", "trainer.lr=2e-6"])
+    assert mine.trainer.lr == 2e-6 and mine.trainer.max_new_tokens == 3072
+    assert compose("train", []).trainer.lr == 3e-5  # the embedded backend keeps its own
+
+
+@pytest.mark.parametrize("module, command", [("flash_attn", "pip install flash-attn==2.8.3 --no-build-isolation"),
+                                             ("vllm", "pip install 'lze-bench[openrlhf]' (vllm==0.29.0)"),
+                                             ("deepspeed", "pip install deepspeed==0.19.6")])
+def test_missing_gpu_package_names_its_install_command(monkeypatch, module, command):
+    import importlib.util
+    from importlib import metadata
+
+    from lze_bench.backends.openrlhf import require_gpu_stack
+
+    monkeypatch.setattr(metadata, "version", lambda name: "0.11.2")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else object())
+    with pytest.raises(LzeBenchError) as info:
+        require_gpu_stack()
+    assert str(info.value) == f"{module} is not installed (OpenRLHF 0.11.2 imports it); install it with: {command}"
+
+
+def test_extras_pin_openrlhf_tested_stack():
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras["openrlhf"] == ["openrlhf[vllm]==0.11.2", "ray[default]==2.55.0"]
+    assert extras["vllm"] == ["vllm==0.29.0"]
+
+
+def test_smoke_1gpu_sweep_runs_every_backend_selector_on_one_gpu(tmp_path):
+    from lze_bench.backends.openrlhf.command import runnable_selectors
+
+    spec = yaml.safe_load((REPO / "sweeps" / "smoke_1gpu.yaml").read_text())
+    assert spec["grid"]["selector"][0] == "uniform" and sorted(spec["grid"]["selector"]) == runnable_selectors()
+    for selector in spec["grid"]["selector"]:
+        cfg = compose("train", [*spec["overrides"], f"selector={selector}", "seed=0", f"run_dir={tmp_path / selector}"])
+        flags = openrlhf_flags(cfg, RunPaths(tmp_path / selector))
+        assert flags[flags.index("--actor.num_gpus_per_node") + 1] == "1"
+        assert flags[flags.index("--vllm.num_engines") + 1] == "1"
+        assert cfg.trainer.steps == 2 and cfg.launcher.name == "local"
+    readme = (REPO / "README.md").read_text()
+    assert "lze-bench sweep sweep=smoke_1gpu --dry-run" in readme and "eval=smoke" in readme
