@@ -85,7 +85,7 @@ class Harness:
             self.log.append((step, ids.tolist(), decision.keep.tolist(), decision.more, decision.replay.tolist()))
             if decision.more == 0:
                 return
-            count, budget, round_index = decision.more, decision.more, round_index + 1
+            count, budget, round_index = sel.round_candidates(decision.more), decision.more, round_index + 1
 
 
 def check_rollout(sel, candidates, ids, budget):

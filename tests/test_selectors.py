@@ -191,26 +191,58 @@ def test_uniform_keeps_every_group(rewards):
 # --- HIVE / ASTRAL fallbacks and checks --------------------------------------
 
 
-def test_hive_explores_unseen_and_rechecks_dead_prompts():
-    sel = make("hive", num_prompts=6, explore_prob=1.0)
-    state = sel.state_dict()
-    state["p_hist"] = np.array([1.0, 0.5, 0.0, 0.5, 0.5, np.nan])
-    sel.load_state_dict(state)
-    assert sel.candidates_per_step(3) == 6
-    u = sel.utility(np.arange(6), step_rng(0, 0, 0))
-    assert np.isinf(u[[0, 2, 5]]).all() and np.allclose(u[[1, 3, 4]], 1.0)
-    ranked = sel.select_rollout(np.arange(6), 2, 0, step_rng(0, 0, 0), lambda name, ids: None)
-    assert ranked.tolist() == [0, 2]  # no prompt entropy (replay without it): stage 2 ranks by u
-
-
-def test_hive_gamma_weights_utility_by_response_entropy():
-    sel = make("hive", num_prompts=4, gamma=1.0, explore_prob=0.0)
-    rewards = np.array([[1, 0, 1, 0]] * 3, dtype=np.float32)  # p = 0.5: u = 1 before the entropy factor
-    entropy = np.array([[0.2] * 4, [0.4] * 4, [0.6] * 4], dtype=np.float32)  # h_bar = 0.4
+def test_hive_uncertainty_needs_known_positive_entropy():
+    sel = make("hive", num_prompts=4, batch_size=2)
+    rewards = np.array([[1, 0, 1, 0]] * 3, dtype=np.float32)  # p = 0.5: d = 1
+    entropy = np.array([[0.2] * 4, [0.4] * 4, [0.9] * 4], dtype=np.float32)  # h_bar = 0.5
     sel.observe(RolloutBatch(prompt_ids=[0, 1, 2], rewards=rewards, step=0, response_entropy=entropy))
-    u = sel.utility(np.arange(3), step_rng(0, 1, 0))
-    assert np.allclose(u, [0.5, 1.0, 1.5])
-    assert sel.select_rollout(np.arange(3), 1, 1, step_rng(0, 1, 0), lambda name, ids: None).tolist() == [2]
+    assert np.allclose(sel.edge(np.arange(3)), [0.5 + 0.5 * 0.4, 0.5 + 0.5 * 0.8, 1.0])  # u = min(1, h / h_bar)
+    off = make("hive", num_prompts=4, batch_size=2, use_response_entropy=False)
+    off.observe(RolloutBatch(prompt_ids=[0, 1, 2], rewards=rewards, step=0, response_entropy=entropy))
+    assert np.allclose(off.edge(np.arange(3)), 1.0) and off.requires == ("prompt_entropy",)
+    assert make("hive").requires == ("prompt_entropy", "response_entropy")
+    zero = make("hive", num_prompts=4, batch_size=2)
+    zero.observe(RolloutBatch(prompt_ids=[0, 1], rewards=rewards[:2], step=0, response_entropy=0 * entropy[:2]))
+    assert np.allclose(zero.edge(np.arange(2)), 1.0)  # h_bar <= 0: u = 1
+
+
+def test_hive_ema_of_pass_rate_and_entropy():
+    sel = make("hive", num_prompts=4, batch_size=2)
+    ones, half = np.ones((1, 4), dtype=np.float32), np.array([[1, 0, 1, 0]], dtype=np.float32)
+    sel.observe(RolloutBatch(prompt_ids=[0], rewards=half, step=0, response_entropy=np.full((1, 4), 0.8)))
+    assert sel.p_hist[0] == 0.5 and sel.h_hist[0] == pytest.approx(0.8)  # first sight: the value itself
+    sel.observe(RolloutBatch(prompt_ids=[0], rewards=ones, step=1, response_entropy=np.full((1, 4), 0.4)))
+    assert sel.p_hist[0] == 0.75 and sel.h_hist[0] == pytest.approx(0.6)  # beta = 0.5
+    assert sel.history.easy_run[0] == 1 and sel.history.n_obs[0] == 2
+
+
+def test_hive_and_greso_round_sizes_and_caps():
+    hive = make("hive", num_prompts=100, batch_size=5)
+    assert (hive.rollout_batch_size, hive.candidates_per_step(5), hive.round_candidates(3)) == (8, 16, 6)
+    greso = make("greso", num_prompts=100, batch_size=5)
+    assert (greso.round_size, greso.min_round, greso.candidates_per_step(5), greso.rollout_budget(5)) == (8, 2, 8, 8)
+    assert greso.round_candidates(7) == 7 and greso.config.max_gen_batches == 0
+    dead = batch(np.arange(8), np.ones((8, 4)))
+    for round_index in range(9):  # hive: dapo's cap of 10 rounds, then a partial update
+        decision = hive.select_update(dead, 0, step_rng(0, 0, 1, round_index))
+        assert decision.more == 8 and not decision.partial
+    assert hive.select_update(dead, 0, step_rng(0, 0, 1, 9)).partial
+    strict = make("hive", num_prompts=100, batch_size=5, max_gen_batches=1, on_exhaust="error")
+    with pytest.raises(SelectorExhausted, match="max_gen_batches=1"):
+        strict.select_update(dead, 0, step_rng(0, 0, 1))
+    greso = make("greso", num_prompts=400, batch_size=5)
+    for round_index in range(30):  # greso: no cap by default; no informative group asks for a full round
+        ids = greso.select_rollout(np.arange(8) + 8 * round_index, 8, 0, step_rng(0, 0, 0, round_index))
+        greso.observe(batch(ids, np.ones((8, 4))))
+        assert greso.select_update(batch(ids, np.ones((8, 4))), 0, step_rng(0, 0, 1, round_index)).more == 8
+
+
+def test_greso_rejects_bad_rewards_and_single_responses():
+    sel = make("greso")
+    with pytest.raises(LzeBenchError, match="n >= 2"):
+        sel.observe(batch([0], [[1.0]]))
+    with pytest.raises(LzeBenchError, match=r"\[0, 1\]"):
+        sel.observe(batch([0], [[1.0, 2.0]]))
 
 
 def test_astral_history_predictor_without_embeddings():
@@ -244,6 +276,9 @@ def test_lze_full_preset_composes():
         ("selector=lze selector.keep_ratio=1.5", "selector.keep_ratio"),
         ("selector=dapo selector.on_exhaust=crash", "selector.on_exhaust"),
         ("selector=hive selector.pool_factor=0.5", "selector.pool_factor"),
+        ("selector=hive selector.edge_floor=1.5", "selector.edge_floor"),
+        ("selector=greso selector.p_min=0.9 selector.p_max=0.5", "selector.p_min"),
+        ("selector=greso selector.on_exhaust=crash", "selector.on_exhaust"),
         ("selector=astral selector.tau=0", "selector.tau"),
         ("selector=astral selector.replay_strategy=teacher", "selector.replay_strategy"),
     ],

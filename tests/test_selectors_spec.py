@@ -140,20 +140,179 @@ def test_a4_astral_end_to_end_rounds_probe_and_replay():
     assert list(zip(sel.buf_pid.tolist(), sel.buf_step.tolist())) == [(5, 0), (7, 1), (2, 2), (5, 3)]
 
 
-def test_h1_hive_two_stage_screen():
-    sel = make("hive", 6, 2, explore_prob=0.0)
+H1_P_HIST = [0.5, 0.9, 1.0, np.nan, 0.3, 0.0, 0.6, 0.2]
+H1_H_HIST = [1.2, 1.0, 0.2, np.nan, 0.6, 0.2, 1.0, np.nan]
+
+
+def h1_selector():
+    sel = make("hive", 8, 2)
     state = sel.state_dict()
-    state["p_hist"] = np.array([0.5, 0.9, 0.0, np.nan, 0.3, 1.0])
+    state["p_hist"], state["h_hist"] = np.array(H1_P_HIST), np.array(H1_H_HIST)
+    state["easy_run"][2], state["hard_run"][5] = 2, 1
+    state["n_obs"][[0, 1, 2, 4, 5, 6, 7]] = 1
     sel.load_state_dict(state)
+    return sel
+
+
+def test_h1_hive_probabilistic_screen_then_entropy_median():
+    sel = h1_selector()
+    candidates = np.arange(8)
+    edge = sel.edge(candidates)
+    assert np.isnan(edge[3])
+    assert r4(np.nan_to_num(edge, nan=-1)) == [1.0, 0.68, 0.5, -1, 0.86, 0.5, 0.98, 0.82]
+    assert r4(sel.select_probability(candidates)) == [1.0, 0.68, 0.125, 1.0, 0.86, 0.25, 0.98, 0.82]
+    assert r4(step_rng(0, 4, 0).random(8)) == [0.8831, 0.2286, 0.4106, 0.4467, 0.7713, 0.2196, 0.6894, 0.8265]
+    entropy = {0: 0.2, 3: 0.9, 4: 0.6, 6: 0.5, 7: 0.4}
     asked = []
-    entropy = {0: 0.2, 3: 0.9, 4: 0.6}
 
     def features(name, ids):
         asked.append((name, ids.tolist()))
         return np.array([entropy[i] for i in ids])
 
-    assert sel.select_rollout(np.arange(6), 2, 0, step_rng(0, 0, 0), features).tolist() == [3, 4]
-    assert asked == [("prompt_entropy", [0, 3, 4])]
+    assert sel.select_rollout(candidates, 4, 4, step_rng(0, 4, 0), features).tolist() == [3, 4, 6]
+    assert asked == [("prompt_entropy", [0, 3, 4, 6, 7])]  # shortlist only; median 0.5
+
+
+@pytest.mark.parametrize("values,first,expected", [
+    ([0.3, 0.9, 0.5, 0.5, 0.1], 30, [31, 32]),  # median 0.5: 31, 32, 33 at/above; cap 2, tie by order
+    ([0.2, 0.8, 0.4, 0.6], 40, [41, 43]),  # median 0.5 (mean of the middle two)
+])
+def test_h2_hive_median_over_shortlist_and_budget_cap(values, first, expected):
+    sel = make("hive", 50, 2)
+    ids = np.arange(first, first + len(values))
+    table = dict(zip(ids.tolist(), values))
+    rollout = sel.select_rollout(ids, 2, 0, step_rng(0, 0, 0), lambda name, x: np.array([table[i] for i in x]))
+    assert rollout.tolist() == expected
+
+
+H3_ROUNDS = [  # candidates, V, rollout, rewards, keep, more
+    (list(range(50, 56)), [0.1, 0.7, 0.3, 0.9, 0.5, 0.2], [51, 53, 54],
+     [[1, 1, 1, 1], [0, 1, 0, 0], [0, 0, 0, 0]], [0, 1, 0], 3),
+    (list(range(56, 62)), [0.6, 0.2, 0.8, 0.4, 0.9, 0.1], [56, 58, 60],
+     [[1, 0, 1, 1], [0, 1, 1, 0], [1, 1, 1, 1]], [1, 0, 0], 0),
+]
+
+
+def test_h3_hive_end_to_end_rounds_with_dynamic_sampling():
+    sel = make("hive", 70, 2)
+    assert sel.rollout_batch_size == 3 and sel.candidates_per_step(2) == 6 and sel.rollout_budget(2) == 3
+    sel.begin_epoch(0, step_rng(0, 0, 2))
+    update, budget = [], sel.rollout_budget(2)
+    for round_index, (candidates, values, rollout, rewards, keep, more) in enumerate(H3_ROUNDS):
+        assert len(candidates) == (sel.candidates_per_step(2) if round_index == 0 else sel.round_candidates(budget))
+        table = dict(zip(candidates, values))
+        ids = sel.select_rollout(np.array(candidates), budget, 0, step_rng(0, 0, 0, round_index),
+                                 lambda name, x: np.array([table[i] for i in x]))
+        assert ids.tolist() == rollout
+        group = batch(ids, rewards)
+        sel.observe(group)
+        decision = sel.select_update(group, 0, step_rng(0, 0, 1, round_index))
+        assert decision.keep.astype(int).tolist() == keep and decision.more == more
+        update += ids[decision.keep].tolist()
+        budget = decision.more
+    assert update == [53, 56]
+    assert sel.history.p_easy == 0.5 and sel.history.p_hard == 0.5  # epoch 0: no adaptation
+
+
+# --- GRESO ---------------------------------------------------------------------
+
+
+def g1_selector(**overrides):
+    sel = make("greso", 10, 4, **overrides)
+    state = sel.state_dict()
+    state["easy_run"][[2, 3, 6]] = [1, 3, 10]
+    state["hard_run"][[4, 5]] = [1, 2]
+    state["n_obs"][1:7] = 1
+    sel.load_state_dict(state)
+    return sel
+
+
+def test_g1_greso_keep_probability_and_skip_draws():
+    sel = g1_selector()
+    candidates = np.arange(7)
+    keep = sel.history.keep_probability(candidates)
+    assert r4(keep) == [1.0, 1.0, 0.5, 0.125, 0.5, 0.25, 0.01]
+    assert r4(sel.skip_probability(candidates)) == [0.0, 0.0, 0.5, 0.875, 0.5, 0.75, 0.99]
+    assert r4(step_rng(0, 4, 0).random(7)) == [0.8831, 0.2286, 0.4106, 0.4467, 0.7713, 0.2196, 0.6894]
+    assert sel.select_rollout(candidates, 7, 4, step_rng(0, 4, 0)).tolist() == [0, 1, 4]
+    assert sel.history.cand_step == 7
+
+
+def test_g1_greso_floor0_variant_is_deterministic():
+    sel = g1_selector(p_easy=0.0, p_hard=1.0, keep_floor=0.0)
+    assert r4(sel.history.keep_probability(np.arange(7))) == [1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0]
+    for seed in range(20):
+        assert sel.select_rollout(np.arange(7), 7, 4, step_rng(seed, 4, 0)).tolist() == [0, 1, 4, 5]
+
+
+G2_ROUND0 = ([8, 10, 11, 12, 13, 14], [10, 11, 12, 13, 14],
+             [[1, 1, 1, 1], [0, 1, 0, 0], [0, 0, 0, 0], [1, 0, 1, 1], [1, 1, 0, 1]], [0, 1, 0, 1, 1])
+G2_ROUND1 = {
+    "G2": ([[1, 1, 1, 1], [0, 1, 1, 0], [1, 0, 0, 0]], [0, 1, 0], [11, 13, 14, 16], (0.49, 0.51)),
+    "G2b": ([[1, 1, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0]], [0, 0, 0], [11, 13, 14], (0.49, 0.49)),
+    "G2 epoch0": ([[1, 1, 1, 1], [0, 1, 1, 0], [1, 0, 0, 0]], [0, 1, 0], [11, 13, 14, 16], (0.5, 0.5)),
+}
+
+
+def g2_run(label):
+    sel = make("greso", 20, 4)
+    assert sel.round_size == 6 and sel.min_round == 1
+    state = sel.state_dict()
+    state["easy_run"][8], state["n_obs"][8] = 10, 10
+    sel.load_state_dict(state)
+    epoch = 0 if label == "G2 epoch0" else 1
+    sel.begin_epoch(epoch, step_rng(0, 7, 2))
+    candidates, rollout, rewards, keep = G2_ROUND0
+    assert len(candidates) == sel.candidates_per_step(4)
+    assert step_rng(0, 7, 0).random(1)[0] < 0.99 and r4(step_rng(0, 7, 0).random(1)) == [0.0389]
+    ids = sel.select_rollout(np.array(candidates), sel.rollout_budget(4), 7, step_rng(0, 7, 0))
+    assert ids.tolist() == rollout
+    sel.observe(batch(ids, rewards, 7))
+    assert (sel.history.cand_step, sel.history.rolled_step) == (6, 5)
+    first = sel.select_update(batch(ids, rewards, 7), 7, step_rng(0, 7, 1))
+    assert first.keep.astype(int).tolist() == keep and first.more == 3 and sel.history.last_round
+    rewards1, keep1, update, (p_easy, p_hard) = G2_ROUND1[label]
+    ids1 = sel.select_rollout(np.array([15, 16, 17]), first.more, 7, step_rng(0, 7, 0, 1))
+    assert ids1.tolist() == [15, 16, 17]
+    group = batch(ids1, rewards1, 7)
+    sel.observe(group)
+    second = sel.select_update(group, 7, step_rng(0, 7, 1, 1))
+    assert second.keep.astype(int).tolist() == keep1 and second.more == 0 and not second.partial
+    assert ids[first.keep].tolist() + ids1[second.keep].tolist() == update
+    assert (round(sel.history.p_easy, 4), round(sel.history.p_hard, 4)) == (p_easy, p_hard)
+    return sel
+
+
+def test_g2_round_estimate_is_the_last_round():
+    from lze_bench.selectors.greso_state import round_estimate
+
+    assert round_estimate(1, 5, 2, 6, 1.25) == (2, True)  # floor(1.25 * 1 * 5 / 3) = 2 <= S = 6
+    assert round_estimate(3, 4, 4, 6, 1.25) == (6, False)  # no informative group: a full round
+
+
+@pytest.mark.parametrize("label", sorted(G2_ROUND1))
+def test_g2_greso_adaptive_rounds_and_adaptation(label):
+    sel = g2_run(label)
+    state = sel.state_dict()
+    if label == "G2":
+        assert state["easy_run"][8:18].tolist() == [10, 0, 1, 0, 0, 0, 0, 1, 0, 0]
+        assert state["hard_run"][8:18].tolist() == [0, 0, 0, 0, 1, 0, 0, 0, 0, 0]
+    assert (state["kept_so_far"], state["gen_rounds"], state["cand_step"], state["rolled_step"]) == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("name", ["greso", "hive"])
+def test_g_state_round_trip_ok(name, tmp_path):
+    sel = g2_run("G2") if name == "greso" else h1_selector()
+    sel.history.kept_so_far, sel.history.last_round = 2, True  # mid-step transient state survives too
+    save_state(tmp_path / "s.npz", sel.state_dict())
+    again = make(name, sel.num_prompts, 4 if name == "greso" else 2)
+    again.load_state_dict(load_state(tmp_path / "s.npz"))
+    for key, value in sel.state_dict().items():
+        assert np.array_equal(np.asarray(again.state_dict()[key]), np.asarray(value), equal_nan=True), key
+    candidates = np.arange(sel.num_prompts)
+    feats = lambda name, ids: np.asarray(ids, dtype=float)  # noqa: E731
+    assert (again.select_rollout(candidates, 8, 9, step_rng(0, 9, 0), feats).tolist()
+            == sel.select_rollout(candidates, 8, 9, step_rng(0, 9, 0), feats).tolist())
 
 
 L1_REWARDS = [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1], [0, 1, 0, 0]]

@@ -12,10 +12,13 @@ what an unbroken one would.
 Choices where the specs are silent:
 - the first round offers `data.candidates_per_step`, else the selector's
   `candidates_per_step(B)`, with budget `rollout_budget(B)`; a later round
-  offers the next `more` ids of the stream with budget `more`;
+  offers the next `round_candidates(more)` ids of the stream (`more`, HIVE:
+  `pool_factor x more`) with budget `more`;
 - a round in which the selector rolls out nothing ends the step (no observe /
-  select_update on an empty batch); a step that keeps nothing makes no update
-  but still gets its ledger row;
+  select_update on an empty batch), except for selectors that sample in
+  rounds (`samples_in_rounds`: greso, hive), whose skip rules can empty a
+  round: they see the empty batch and say how many more to examine; a step
+  that keeps nothing makes no update but still gets its ledger row;
 - when the backend cap (`max_gen_rounds`) stops a selector that still wants
   more, the step updates on what it kept and the row's `partial` is true;
 - probe rollouts count in `prompts_probed`, `samples`, the token columns and
@@ -148,6 +151,12 @@ class StepRunner:
             self.stream.advance(ids.size)
         return ids
 
+    def _empty_batch(self, step: int) -> RolloutBatch:
+        n = self.trainer.n_samples
+        return RolloutBatch(prompt_ids=np.zeros(0, dtype=np.int64), rewards=np.zeros((0, n), dtype=np.float32),
+                            step=step, response_tokens=np.zeros((0, n), dtype=np.int32),
+                            prompt_tokens=np.zeros(0, dtype=np.int32), response_entropy=np.zeros((0, n)))
+
     # --- the step ------------------------------------------------------------------
     def run(self, step: int):
         start = time.perf_counter()
@@ -159,9 +168,10 @@ class StepRunner:
             candidates = self._candidates(count)
             counters.considered += candidates.size
             ids = self._select(candidates, budget, step, round_index, counters)
-            if ids.size == 0:
+            if ids.size == 0 and not self.selector.samples_in_rounds:
                 break
-            groups, batch = self.rollout(ids, step, KIND_TRAIN, round_index, counters)
+            groups, batch = (self.rollout(ids, step, KIND_TRAIN, round_index, counters) if ids.size
+                             else ([], self._empty_batch(step)))
             counters.rolled_out += ids.size
             counters.rewards.append(batch.rewards)
             self._timed(counters, self.selector.observe, batch)
@@ -182,7 +192,8 @@ class StepRunner:
             if round_index + 1 >= self.cfg.backend.max_gen_rounds:
                 partial = True
                 break
-            count = budget = int(decision.more)
+            budget = int(decision.more)
+            count = self.selector.round_candidates(budget)
             round_index += 1
         replayed = [self.store.get(pid, gen_step) for pid, gen_step in dict.fromkeys(replay_keys)]
         for group, _ in fresh:
