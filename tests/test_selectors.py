@@ -147,6 +147,36 @@ def test_lze_without_pruner_never_drops_candidates():
         sel.observe(batch(ids, np.ones((10, 4)), step))
 
 
+def test_lze_align_minibatch_reproduces_the_authors_trimming():
+    """Spec §5 "Authors' trainer alignment": launcher B = 1024, mini-batch 256, n = 8, 409 kept groups."""
+    sel = make("lze", num_prompts=2048, batch_size=1024, align_minibatch=True, align_mini_batch_prompts=256)
+    rng = step_rng(0, 5, 1, 99)
+    mask = sel.align_mask(409, 8, 8192, rng)
+    expected = np.sort(step_rng(0, 5, 1, 99).permutation(409 * 8)[:2048])  # a random 2048 of 3272, in order
+    assert mask.shape == (409, 8) and np.flatnonzero(mask.reshape(-1)).tolist() == expected.tolist()
+    assert mask.sum() == 2048 and 0 < mask.sum(axis=1).min() < 8  # responses, not whole groups
+    assert sel.align_mask(300, 8, 8192, rng).sum() == 2048  # 2400 -> one unit of 2048
+    assert sel.align_mask(256, 8, 8192, rng) is None  # exactly one unit: nothing cut
+    assert sel.align_mask(200, 8, 8192, rng) is None  # 1600 < unit: min(unit, K_raw) = K_raw, nothing cut
+    assert sel.align_mask(0, 8, 8192, rng) is None and sel.align_mask(1024, 8, 8192, rng) is None  # 0 or all
+    assert sel.align_mask(600, 8, 8192, step_rng(0, 5, 1, 99)).sum() == 4096  # floor(4800 / 2048) = 2 units
+    assert make("lze", batch_size=8).align_mask(3, 4, 32, rng) is None  # off by default
+    assert make("lze", batch_size=8, align_minibatch=True, keep_ratio=1.0).align_mask(3, 4, 32, rng) is None
+    default = make("lze", batch_size=10, align_minibatch=True)  # mini-batch floor(10 / 4) = 2 prompts
+    assert default.align_mask(5, 2, 20, step_rng(0, 0, 1, 99)).sum() == 8  # unit 4: 10 -> 8
+
+
+def test_local_grpo_trims_responses_after_the_advantages():
+    from lze_bench.backends.local.grpo import Group, _flatten, group_advantages
+
+    rewards = np.array([1, 0, 0, 1], dtype=np.float32)
+    group = Group(3, 0, [1, 2], [np.array([5]), np.array([6, 7]), np.array([8]), np.array([9])],
+                  [np.zeros(1)] * 4, rewards, train_mask=np.array([True, False, True, False]))
+    seqs, plens, advs, _, _ = _flatten([group], True)
+    assert [s.tolist() for s in seqs] == [[1, 2, 5], [1, 2, 8]]
+    assert advs.tolist() == group_advantages(rewards, True)[[0, 2]].tolist()  # the full group's advantages
+
+
 # --- DAPO / uniform ----------------------------------------------------------
 
 

@@ -140,6 +140,42 @@ def test_a4_astral_end_to_end_rounds_probe_and_replay():
     assert list(zip(sel.buf_pid.tolist(), sel.buf_step.tolist())) == [(5, 0), (7, 1), (2, 2), (5, 3)]
 
 
+def test_a4_astral_records_its_predictor_accuracy():
+    """The predictor is ours: each step compares p_hat (round draw) with the measured pass rates."""
+    import pandas as pd
+
+    rewards = (np.arange(4)[None, :] < np.round(4 * A4_TRUTH)[:, None]).astype(np.float32)
+    sel = make("astral", 8, 2, mu=2, sigma=0.5, ref_size=3, buffer_size=4)
+    features = lambda name, ids: A4_EMB[ids]  # noqa: E731
+    assert np.isnan(list(sel.step_metrics().values())).all()
+    for step in range(4):
+        ref = sel.probe(step, step_rng(0, step, 3))
+        if ref is not None:
+            sel.observe_probe(batch(ref, rewards[ref], step))
+        ids = sel.select_rollout(np.arange(8), 2, step, step_rng(0, step, 0), features)
+        p_hat = sel.p_hat[ids].copy()
+        sel.observe(batch(ids, rewards[ids], step))
+        metrics = sel.step_metrics()
+        assert metrics["astral_pred_mae"] == pytest.approx(np.abs(p_hat - A4_TRUTH[ids]).mean())
+        if ids.size >= 2 and np.ptp(A4_TRUTH[ids]) > 0:
+            rho = pd.Series(p_hat).rank().corr(pd.Series(A4_TRUTH[ids]).rank())
+            assert metrics["astral_pred_spearman"] == pytest.approx(rho)
+        else:
+            assert np.isnan(metrics["astral_pred_spearman"])  # constant or single: no ranking
+        if step == 0:  # rollout [6, 5] with p_hat .449, .61 and true .5, .5
+            assert round(metrics["astral_pred_mae"], 3) == round((0.051 + 0.11) / 2, 3)
+
+
+def test_prediction_accuracy_spearman_with_ties():
+    from lze_bench.selectors.astral_predict import average_ranks, prediction_accuracy
+
+    assert average_ranks(np.array([0.3, 0.1, 0.3, 0.9])).tolist() == [1.5, 0.0, 1.5, 3.0]
+    mae, rho = prediction_accuracy(np.array([0.2, np.nan, 0.4, 0.9]), np.array([0.0, 1.0, 0.5, 0.5]))
+    assert mae == pytest.approx((0.2 + 0.1 + 0.4) / 3)  # the NaN prediction is left out
+    assert rho == pytest.approx(np.corrcoef([0, 1, 2], [0, 1.5, 1.5])[0, 1])
+    assert prediction_accuracy(np.array([0.5]), np.array([1.0])) == (0.5, pytest.approx(np.nan, nan_ok=True))
+
+
 H1_P_HIST = [0.5, 0.9, 1.0, np.nan, 0.3, 0.0, 0.6, 0.2]
 H1_H_HIST = [1.2, 1.0, 0.2, np.nan, 0.6, 0.2, 1.0, np.nan]
 

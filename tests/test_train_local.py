@@ -192,7 +192,12 @@ def test_every_selector_trains_and_books_its_extra_work(tmp_path, cache_dir, nam
     ledger = read_ledger(run_dir)
     assert ledger["step"].tolist() == [0, 1, 2, 3]
     assert (ledger["groups_kept"] <= ledger["prompts_rolled_out"]).all()
-    if name == "astral":
+    assert {"astral_pred_mae", "astral_pred_spearman", "responses_kept", "responses_trained"} <= set(ledger.columns)
+    assert (ledger["responses_trained"] <= ledger["responses_kept"]).all()
+    if name != "astral":
+        assert ledger["astral_pred_mae"].isna().all()
+    if name == "astral":  # its (our) predictor is measured on every step's rolled-out prompts
+        assert ledger["astral_pred_mae"].between(0, 2).all()
         assert ledger["prompts_probed"].sum() > 0 and ledger["flops_select"].iloc[0] > 0  # probes + embeddings
         assert ledger["groups_replayed"].iloc[1:].sum() > 0
     if name == "hive":  # B = 4, R = 6: each round offers pool_factor x R = 12 candidates

@@ -8,6 +8,7 @@ and writes `<out_root>/<name>/`:
                               over seeds), rollout/train/total FLOPs, kept fraction, wall time
     table2.md table2.tex      FLOPs and wall time to reach uniform's final accuracy, as a
                               ratio to uniform (definition: tables.py)
+    astral_predictor.csv      ASTRAL's predictor accuracy per run (predictor.py; only with astral runs)
     table1.csv table2.csv     the tables' numbers (means, CI half-widths, counts)
     runs.csv reach.csv        per-seed numbers behind them
     accuracy_vs_flops, kept_fraction, pass_rate_distribution, zero_variance  (.png + .pdf)
@@ -25,6 +26,7 @@ import pandas as pd
 
 from lze_bench.report.data import accuracy_points, load_runs, pass_rates, per_step, run_summary
 from lze_bench.report.formats import latex, markdown, table1_cells, table2_cells
+from lze_bench.report.predictor import predictor_accuracy, predictor_section
 from lze_bench.report.tables import BASELINE, benchmarks_of, reach, table1, table2
 from lze_bench.rundir import atomic_write_text
 
@@ -43,6 +45,7 @@ def build(sweep_dir: str | Path) -> dict:
         "runs": runs, "points": points, "summary": summary, "benchmarks": benches,
         "table1": table1(summary, benches), "reach": reach_frame,
         "table2": table2(reach_frame) if reach_frame is not None else None,
+        "predictor": predictor_accuracy(runs),  # ASTRAL's predictor (predictor.py); None without astral runs
     }
 
 
@@ -110,6 +113,8 @@ def main(sweep_dir: str | Path, name: str | None = None, out_root: str | Path = 
     out.mkdir(parents=True, exist_ok=True)
     report = build(sweep_dir)
     texts = write_tables(report, out)
+    if report["predictor"] is not None:
+        _write_csv(out / "astral_predictor.csv", report["predictor"])
     figures = write_plots(report, out)
     atomic_write_text(out / "report.md", _report_md(name, sweep_dir, report, texts, figures))
     from rich.console import Console
@@ -146,6 +151,9 @@ def _report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: l
         "at or above the target; ratio = that / uniform's mean FLOPs to the target; mean ± CI over the seeds that "
         "reach it. \"not reached\": no eval point of any seed reaches the target.",
         "",
+    ]
+    lines += predictor_section(report.get("predictor"))
+    lines += [
         "## Figures",
         "",
     ]

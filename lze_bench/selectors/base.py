@@ -30,6 +30,9 @@ TAG_PROBE = 3
 
 EXTRA_FIELDS = ("response_entropy", "prompt_entropy", "prompt_embedding")
 
+# per-step diagnostics a selector may report (`step_metrics`); backends write every one, NaN when absent
+STEP_METRICS = ("astral_pred_mae", "astral_pred_spearman")
+
 # FeatureFn(name, ids) -> array: lazily computes an extra ("prompt_entropy" ->
 # float[m], "prompt_embedding" -> float[m, d]) for candidate ids; the backend
 # charges its FLOPs to the ledger as flops_select. It may return None for an
@@ -248,6 +251,10 @@ class Selector:
         Later rounds pass `more`.
         """
         return int(budget)
+
+    def step_metrics(self) -> dict:
+        """Diagnostics of the last step, keys from STEP_METRICS (ASTRAL: its predictor's accuracy)."""
+        return {}
 
     def state_dict(self) -> dict:
         return {}
