@@ -419,3 +419,135 @@ def test_l_state_round_trip_ok(tmp_path):
         assert np.array_equal(again.state_dict()[name], sel.state_dict()[name])
     candidates = np.array([6, 7, 8, 9])
     assert again.select_rollout(candidates, 4, 2, None).tolist() == sel.select_rollout(candidates, 4, 2, None).tolist()
+
+
+# --- every default of the spec's tables (selectors.md §2-§6) -------------------------------------------
+
+SPEC_DEFAULTS = {
+    "uniform": {},
+    "dapo": {"train_batch_size": None, "gen_batch_size": None, "max_gen_batches": 10, "metric": "acc",
+             "on_exhaust": "partial"},
+    "astral": {"alpha": 0.5, "tau": 1e-3, "mu": 2, "sigma": 0.5, "ref_size": 256, "buffer_size": 512,
+               "replay_strategy": "random", "predictor": "kernel", "t_att": 0.1},
+    "hive": {"train_batch_size": None, "rollout_batch_size": None, "use_response_entropy": True, "edge_floor": 0.5,
+             "beta": 0.5, "pool_factor": 2.0, "p_easy": 0.5, "p_hard": 0.5, "target_zero_variance": 0.25,
+             "delta": 0.01, "p_min": 0.05, "p_max": 0.95, "keep_floor": 0.01, "max_gen_batches": 10,
+             "on_exhaust": "partial"},
+    "greso": {"train_batch_size": None, "round_size": None, "p_easy": 0.5, "p_hard": 0.5,
+              "target_zero_variance": 0.25, "delta": 0.01, "p_min": 0.05, "p_max": 0.95, "keep_floor": 0.01,
+              "margin": 1.25, "min_round": None, "max_gen_batches": 0, "on_exhaust": "partial"},
+    "lze": {"keep_ratio": 0.4, "min_keep_ratio": 0.3, "warmup_epochs": 0, "transition_epochs": 0, "ema_decay": 0.9,
+            "d_init_min": 0.05, "momentum_weight": 0.3, "exploration_noise": 0.05, "prune_enabled": False,
+            "prune_after": 2, "use_replay": True, "replay_ratio": 0.1, "anchor": "first_seen", "variant": "code",
+            "tau": 0.2, "align_minibatch": False, "align_mini_batch_prompts": None},
+}
+SPEC_DEFAULTS["lze_full"] = {**SPEC_DEFAULTS["lze"], "prune_enabled": True}
+
+
+@pytest.mark.parametrize("name", sorted(SPEC_DEFAULTS))
+def test_config_defaults_are_the_spec_tables(name):
+    import dataclasses
+
+    config = SELECTORS[name].Config()
+    values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "name"}
+    assert values == SPEC_DEFAULTS[name]
+    assert sorted(SPEC_DEFAULTS) == sorted(SELECTORS)  # a new selector brings its table here
+
+
+def test_derived_sizes_from_the_batch():
+    """dapo gen = 3B; hive R = ceil(1.5 B), 2R candidates; greso S = ceil(1.5 B), min_round = ceil(B / 4)."""
+    assert make("dapo", 100, 5).gen_batch_size == 15
+    hive = make("hive", 100, 5)
+    assert (hive.rollout_batch_size, hive.candidates_per_step(5), hive.round_candidates(5)) == (8, 16, 10)
+    greso = make("greso", 100, 5)
+    assert (greso.round_size, greso.min_round) == (8, 2)
+    assert make("greso", 100, 7).min_round == 2 and make("greso", 100, 9).min_round == 3
+
+
+# --- LZE rules beyond L1/L2 -----------------------------------------------------------------------------
+
+
+def lze_epoch_keep(epoch, groups=10, **overrides):
+    """Keep count of a batch of `groups` distinct alive groups (no noise) in `epoch`."""
+    sel = make("lze", 100, groups, exploration_noise=0.0, **overrides)
+    sel.begin_epoch(epoch, step_rng(0, 0, 2))
+    rewards = (np.arange(4)[None, :] < (1 + np.arange(groups) % 3)[:, None]).astype(np.float32)  # p = .25/.5/.75
+    group = batch(np.arange(groups), rewards)
+    sel.observe(group)
+    return int(sel.select_update(group, 0, step_rng(0, 0, 1)).keep.sum())
+
+
+def test_lze_warmup_keeps_alive_until_warmup_ends():
+    assert lze_epoch_keep(1, warmup_epochs=2) == 10  # epoch < warmup: every alive group
+    assert lze_epoch_keep(2, warmup_epochs=2) == 4  # warmup over: k = max(floor(10 * .4), floor(10 * .3))
+    assert lze_epoch_keep(0, warmup_epochs=0) == 10  # epoch 0 always records only
+
+
+def test_lze_transition_is_measured_from_the_end_of_warmup():
+    # prog = min((epoch - warmup) / transition, 1); k = max(floor(G ratio), floor(G rmin))
+    assert lze_epoch_keep(2, warmup_epochs=1, transition_epochs=2) == 7  # prog .5: ratio .7, rmin .65
+    assert lze_epoch_keep(3, warmup_epochs=1, transition_epochs=2) == 4  # prog 1
+    assert lze_epoch_keep(5, warmup_epochs=1, transition_epochs=2) == 4  # prog capped at 1
+    assert lze_epoch_keep(1, transition_epochs=4) == 8  # prog .25: ratio .85, rmin .825 -> 8
+
+
+def test_lze_keep_count_uses_the_larger_ratio_and_at_least_one():
+    assert lze_epoch_keep(1, groups=10, keep_ratio=0.2, min_keep_ratio=0.5) == 5  # max of the two floors
+    assert lze_epoch_keep(1, groups=3, keep_ratio=0.1, min_keep_ratio=0.1) == 1  # never below 1
+    sel = make("lze", 100, 10)
+    sel.begin_epoch(1, step_rng(0, 0, 2))
+    assert [sel.keep_count(g) for g in (1, 2, 5, 10, 11)] == [1, 1, 2, 4, 4]
+
+
+def lze_pruned(count, **overrides):
+    sel = make("lze_full", 100, 4, **overrides)
+    state = sel.state_dict()
+    state["pruned"][:count] = True
+    sel.load_state_dict(state)
+    sel.begin_epoch(1, step_rng(0, 1, 2))
+    return int(sel.state_dict()["replay"].sum())
+
+
+def test_lze_replay_count_is_max_one_floor_capped_by_pruned():
+    assert lze_pruned(25) == 2  # floor(2.5)
+    assert lze_pruned(3) == 1  # max(1, floor(0.3))
+    assert lze_pruned(0) == 0  # nothing pruned: no pool
+    assert lze_pruned(4, replay_ratio=1.0) == 4  # min(|pruned|, ...)
+    assert lze_pruned(5, replay_ratio=0.0) == 0 and lze_pruned(5, use_replay=False) == 0
+    assert lze_pruned(5, prune_enabled=False) == 0
+
+
+def test_lze_momentum_uses_the_absolute_change_both_ways():
+    """m = min(2 |p - ema|, 1): a drop earns the same momentum as a rise; capped at 1."""
+    sel = make("lze", 10, 4, exploration_noise=0.0)
+    state = sel.state_dict()
+    state["d_init"][:4] = 1.0
+    state["ema"][:4] = [0.0, 1.0, 0.25, 0.75]
+    sel.load_state_dict(state)
+    sel.observe(batch(np.arange(4), [[1, 1, 0, 0]] * 4))  # p = 0.5 for all
+    assert r4(sel.state_dict()["cache_energy"]) == [1.3, 1.3, 1.15, 1.15]  # m = 1, 1, .5, .5
+
+
+def test_lze_gumbel_noise_scales_with_the_energy_spread():
+    """Noise scale = exploration_noise * max(spread, 0.01): the same draws rank differently as the spread grows."""
+    def keep(energies, noise, seed):
+        sel = make("lze", 10, 4, exploration_noise=noise)
+        state = sel.state_dict()
+        state["epoch"] = 1
+        sel.load_state_dict(state)
+        group = batch(np.arange(4), [[1, 0, 0, 0]] * 4)
+        sel.observe(group)
+        sel.state.cache_energy = np.asarray(energies, dtype=np.float64)
+        return np.flatnonzero(sel.select_update(group, 0, step_rng(seed, 0, 1)).keep).tolist()
+
+    outcomes = set()
+    for seed in range(12):
+        gumbel = step_rng(seed, 0, 1).gumbel(0.0, 1.0, 4)
+        for energies, noise in (([0.5, 0.4, 0.3, 0.2], 0.3), ([0.5, 0.49, 0.48, 0.47], 0.5),
+                                ([0.3, 0.3, 0.3, 0.3], 2.0), ([0.9, 0.3, 0.2, 0.1], 0.1)):
+            spread = max(max(energies) - min(energies), 0.01)
+            key = np.asarray(energies) + noise * spread * gumbel
+            expected = np.lexsort((np.arange(4), -key))[:1].tolist()
+            assert keep(energies, noise, seed) == expected, (energies, noise, seed)
+            outcomes.add((tuple(energies), expected[0]))
+    assert len(outcomes) > 6  # the draws do move the choice
