@@ -257,6 +257,9 @@ def test_hive_and_greso_round_sizes_and_caps():
         decision = hive.select_update(dead, 0, step_rng(0, 0, 1, round_index))
         assert decision.more == 8 and not decision.partial
     assert hive.select_update(dead, 0, step_rng(0, 0, 1, 9)).partial
+    full = make("hive", num_prompts=100, batch_size=2, max_gen_batches=1)
+    decision = full.select_update(batch([0, 1], [[1, 0, 0, 0], [0, 1, 1, 0]]), 0, step_rng(0, 0, 1))
+    assert decision.more == 0 and not decision.partial  # filled in the last allowed round: not partial
     strict = make("hive", num_prompts=100, batch_size=5, max_gen_batches=1, on_exhaust="error")
     with pytest.raises(SelectorExhausted, match="max_gen_batches=1"):
         strict.select_update(dead, 0, step_rng(0, 0, 1))
@@ -271,8 +274,28 @@ def test_greso_rejects_bad_rewards_and_single_responses():
     sel = make("greso")
     with pytest.raises(LzeBenchError, match="n >= 2"):
         sel.observe(batch([0], [[1.0]]))
-    with pytest.raises(LzeBenchError, match=r"\[0, 1\]"):
-        sel.observe(batch([0], [[1.0, 2.0]]))
+    for bad in ([[1.0, 2.0]], [[0.0, 1.0], [0.0, 2.0]], [[-1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [-1.0, 0.0]]):
+        with pytest.raises(LzeBenchError, match=r"\[0, 1\]"):
+            sel.observe(batch(np.arange(len(bad)), bad))
+
+
+def test_greso_fresh_state_and_no_adaptation_in_epoch_zero():
+    sel = make("greso", num_prompts=50, batch_size=2)
+    state = sel.state_dict()
+    assert (state["epoch"], state["p_easy"], state["p_hard"]) == (0, 0.5, 0.5)
+    assert all(state[key] == 0 for key in ("kept_so_far", "gen_rounds", "cand_step", "rolled_step",
+                                           "solved_step", "failed_step")) and not state["last_round"]
+    ids = sel.select_rollout(np.arange(4), 4, 0, step_rng(0, 0, 0))  # no begin_epoch call: epoch 0
+    group = batch(ids, [[1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0], [0, 1, 1, 1]])
+    sel.observe(group)
+    assert sel.select_update(group, 0, step_rng(0, 0, 1)).more == 0  # B = 2 kept: the update is decided
+    assert (sel.history.p_easy, sel.history.p_hard) == (0.5, 0.5)  # epoch 0: no adaptation
+    sel.begin_epoch(1, step_rng(0, 1, 2))
+    ids = sel.select_rollout(np.arange(4, 8), 4, 1, step_rng(0, 1, 0))
+    group = batch(ids, [[1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0], [0, 1, 1, 1]])
+    sel.observe(group)
+    sel.select_update(group, 1, step_rng(0, 1, 1))
+    assert (sel.history.p_easy, sel.history.p_hard) == (0.49, 0.49)  # 1/4 solved >= 1/12, 1/4 failed >= 1/6
 
 
 def test_astral_history_predictor_without_embeddings():

@@ -253,8 +253,8 @@ def test_h3_hive_end_to_end_rounds_with_dynamic_sampling():
 # --- GRESO ---------------------------------------------------------------------
 
 
-def g1_selector(**overrides):
-    sel = make("greso", 10, 4, **overrides)
+def g1_selector(num_prompts=10, **overrides):
+    sel = make("greso", num_prompts, 4, **overrides)
     state = sel.state_dict()
     state["easy_run"][[2, 3, 6]] = [1, 3, 10]
     state["hard_run"][[4, 5]] = [1, 2]
@@ -305,6 +305,7 @@ def g2_run(label):
     assert ids.tolist() == rollout
     sel.observe(batch(ids, rewards, 7))
     assert (sel.history.cand_step, sel.history.rolled_step) == (6, 5)
+    assert (sel.history.solved_step, sel.history.failed_step, sel.history.kept_so_far) == (1, 1, 0)
     first = sel.select_update(batch(ids, rewards, 7), 7, step_rng(0, 7, 1))
     assert first.keep.astype(int).tolist() == keep and first.more == 3 and sel.history.last_round
     rewards1, keep1, update, (p_easy, p_hard) = G2_ROUND1[label]
@@ -324,6 +325,10 @@ def test_g2_round_estimate_is_the_last_round():
 
     assert round_estimate(1, 5, 2, 6, 1.25) == (2, True)  # floor(1.25 * 1 * 5 / 3) = 2 <= S = 6
     assert round_estimate(3, 4, 4, 6, 1.25) == (6, False)  # no informative group: a full round
+    assert round_estimate(3, 8, 2, 20, 1.25) == (5, True)  # 1.25 * 3 * 8 / 6 = 5 exactly
+    assert round_estimate(4, 5, 0, 5, 1.25) == (5, True)  # T == S is still the last round
+    assert round_estimate(7, 9, 3, 6, 1.25) == (13, False)  # floor(13.125) > S: not the last
+    assert round_estimate(5, 6, 1, 100, 1.5) == (9, True)  # margin is a parameter
 
 
 @pytest.mark.parametrize("label", sorted(G2_ROUND1))
@@ -334,6 +339,7 @@ def test_g2_greso_adaptive_rounds_and_adaptation(label):
         assert state["easy_run"][8:18].tolist() == [10, 0, 1, 0, 0, 0, 0, 1, 0, 0]
         assert state["hard_run"][8:18].tolist() == [0, 0, 0, 0, 1, 0, 0, 0, 0, 0]
     assert (state["kept_so_far"], state["gen_rounds"], state["cand_step"], state["rolled_step"]) == (0, 0, 0, 0)
+    assert (state["solved_step"], state["failed_step"], state["last_round"]) == (0, 0, False)
 
 
 @pytest.mark.parametrize("name", ["greso", "hive"])
@@ -551,3 +557,64 @@ def test_lze_gumbel_noise_scales_with_the_energy_spread():
             assert keep(energies, noise, seed) == expected, (energies, noise, seed)
             outcomes.add((tuple(energies), expected[0]))
     assert len(outcomes) > 6  # the draws do move the choice
+
+
+# --- GRESO / HIVE rules beyond G1-G2 and H1-H3 ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("solved,failed,rolled,p_easy,p_hard", [
+    (1, 2, 12, 0.49, 0.49),  # exactly 1/12 solved and 1/6 failed: at the targets -> explore less
+    (1, 1, 13, 0.51, 0.51),  # below both targets -> explore more
+    (0, 3, 13, 0.51, 0.49),  # 3/13 >= 1/6 failed
+])
+def test_greso_adaptation_targets_are_a_third_and_two_thirds(solved, failed, rolled, p_easy, p_hard):
+    sel = make("greso", 50, 4)
+    sel.begin_epoch(1, step_rng(0, 0, 2))
+    sel.history.solved_step, sel.history.failed_step, sel.history.rolled_step = solved, failed, rolled
+    sel.finish_update()
+    assert (round(sel.history.p_easy, 6), round(sel.history.p_hard, 6)) == (p_easy, p_hard)
+
+
+def test_greso_adaptation_clamps_to_p_min_and_p_max():
+    sel = make("greso", 50, 4, p_easy=0.055, p_hard=0.945)
+    sel.begin_epoch(2, step_rng(0, 0, 2))
+    sel.history.solved_step, sel.history.failed_step, sel.history.rolled_step = 5, 0, 10
+    sel.finish_update()  # easy above target: down, floored at 0.05; hard below: up, capped at 0.95
+    assert (round(sel.history.p_easy, 6), round(sel.history.p_hard, 6)) == (0.05, 0.95)
+    sel.history.solved_step, sel.history.failed_step, sel.history.rolled_step = 0, 5, 10
+    sel.finish_update()
+    assert (round(sel.history.p_easy, 6), round(sel.history.p_hard, 6)) == (0.06, 0.94)
+    sel.finish_update()  # nothing rolled out this step: no adaptation
+    assert (round(sel.history.p_easy, 6), round(sel.history.p_hard, 6)) == (0.06, 0.94)
+
+
+def test_greso_round_floor_min_round_and_survival_scaling():
+    sel = make("greso", 100, 8)  # S = 12, min_round = 2
+    ids = sel.select_rollout(np.arange(8), 12, 3, step_rng(0, 3, 0))  # all unseen: every one rolled out
+    rewards = np.array([[1, 0, 0, 0]] * 7 + [[1, 1, 1, 1]], dtype=np.float32)  # 7 kept, need 1, Z = 1
+    sel.observe(batch(ids, rewards, 3))
+    decision = sel.select_update(batch(ids, rewards, 3), 3, step_rng(0, 3, 1))
+    assert decision.more == 2 and sel.history.last_round  # T = floor(1.25 * 8 / 7) = 1 -> min_round 2
+
+
+def test_greso_empty_round_asks_for_a_full_round_scaled_by_survival():
+    sel = g1_selector(100, p_easy=0.0, p_hard=1.0, keep_floor=0.0)  # prompts 2, 3, 6 are always skipped
+    ids = sel.select_rollout(np.array([2, 3, 6]), 6, 4, step_rng(0, 4, 0))
+    assert ids.tolist() == []
+    empty = batch(ids, np.zeros((0, 4)), 4)
+    sel.observe(empty)
+    decision = sel.select_update(empty, 4, step_rng(0, 4, 1))
+    assert decision.more == 18 and not sel.history.last_round  # T = S = 6, times 3 examined / max(0, 1) rolled
+    assert decision.keep.shape == (0,)
+
+
+def test_hive_rounds_round_the_candidate_pool_up():
+    sel = make("hive", 100, 4, pool_factor=1.5)  # R = 6
+    assert (sel.candidates_per_step(4), sel.round_candidates(3), sel.round_candidates(1)) == (9, 5, 2)
+
+
+def test_hive_passing_exactly_budget_needs_no_cap():
+    sel = make("hive", 100, 4)
+    values = {10: 0.9, 11: 0.1, 12: 0.8, 13: 0.2}  # median 0.5: 10 and 12 pass, exactly the budget
+    ids = sel.select_rollout(np.arange(10, 14), 2, 0, step_rng(0, 0, 0), lambda n, x: np.array([values[i] for i in x]))
+    assert ids.tolist() == [10, 12]

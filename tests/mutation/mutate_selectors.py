@@ -1,6 +1,7 @@
 """Single-line mutation check of the selector rules (run by hand, not part of `pytest`).
 
-    python3 tests/mutation/mutate_selectors.py [--files lze.py,greso.py] [--json out.json] [--jobs 1]
+    python3 tests/mutation/mutate_selectors.py [--files lze.py,greso.py] [--json out.json] [--jobs 2]
+    python3 tests/mutation/mutate_selectors.py --rerun out.json     # only the survivors of an earlier run
 
 For every selector module (lze_bench/selectors/*.py but the speed kernels
 `stats.py` and `topk.py`, which tests/test_selector_kernels.py checks against
@@ -16,7 +17,10 @@ type annotations.
 
 Each mutant is written into a private copy of the checkout (the working tree
 is never touched) and the selector tests run against it, fastest first, with
-`-x -q -p no:cacheprovider`; a mutant that no test fails *survives*. The
+`-x -q -p no:cacheprovider`, in a child forked from a process that has
+already imported the heavy dependencies; property tests are capped at
+HYPOTHESIS_EXAMPLES derandomized examples (speed, and the same verdict on
+every run). A mutant that no test fails *survives*. The
 report lists every survivor with its line; a survivor is either a missing
 test (add one) or an equivalent mutant (the same behaviour; give the reason
 in EQUIVALENT below, keyed by file and the mutated line's text).
@@ -41,6 +45,8 @@ SKIP_FILES = {"__init__.py", "stats.py", "topk.py"}
 TESTS = ["tests/test_selectors_spec.py", "tests/test_selectors.py", "tests/test_selector_contracts.py",
          "tests/test_replay.py"]
 
+HYPOTHESIS_EXAMPLES = 15  # per property test and mutant; the default suite runs the full numbers
+DESELECT = ["tests/test_selectors.py::test_bench_selectors_measures_every_selector"]  # a timing command, not a rule
 SWAPS = {
     "<": ["<="], "<=": ["<"], ">": [">="], ">=": [">"], "==": ["!="], "!=": ["=="],
     "+": ["-"], "-": ["+"], "*": ["/"], "/": ["*"], "//": ["/"], "**": ["*"],
@@ -50,10 +56,10 @@ SWAPS = {
 }
 SKIP_LINE_STARTS = ("import ", "from ", "def ", "class ", "@", "raise ", "require(", "return f\"", "#")
 
-# (file, stripped original line) -> why the mutant behaves exactly like the original
+# (file, stripped original line, mutation) -> why that mutant behaves exactly like the original
 EQUIVALENT = {
-    ("lze_state.py", "if weight == 0.0 or 2.0**-600 <= weight <= 2.0**600:"):
-        "guard of an exact fast path: both branches compute the same energies bit for bit",
+    ("greso_state.py", "keep = np.where(easy > 0, np.maximum(self.p_easy ** easy.astype(np.float64), floor), keep)",
+     "> -> >="): "easy_run == 0 then gives max(p_easy ** 0, floor) = 1, the default keep probability",
 }
 
 
@@ -133,6 +139,24 @@ def preload() -> None:
     from hydra import compose  # noqa: F401
 
 
+def cap_hypothesis() -> None:
+    """At most HYPOTHESIS_EXAMPLES derandomized examples per property test (speed; the same verdict each run)."""
+    import hypothesis
+
+    original = hypothesis.settings.__init__
+
+    def capped(self, parent=None, **kwargs):
+        kwargs["max_examples"] = min(kwargs.get("max_examples", HYPOTHESIS_EXAMPLES), HYPOTHESIS_EXAMPLES)
+        kwargs["derandomize"] = True
+        kwargs.pop("database", None)
+        original(self, parent, database=None, **kwargs)
+
+    hypothesis.settings.__init__ = capped
+    hypothesis.settings.register_profile("mutation", max_examples=HYPOTHESIS_EXAMPLES, derandomize=True,
+                                         database=None)
+    hypothesis.settings.load_profile("mutation")
+
+
 def run_tests(root: Path) -> int:
     """pytest's exit code for the selector tests of the copy at `root`, in a forked child."""
     import os
@@ -147,9 +171,11 @@ def run_tests(root: Path) -> int:
             sys.path.insert(0, str(root))
             os.environ["PYTHONPATH"] = str(root)
             sys.dont_write_bytecode = True
+            cap_hypothesis()
             import pytest
 
-            code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "--no-header", *TESTS])
+            code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "--no-header", *TESTS,
+                                *(f"--deselect={t}" for t in DESELECT)])
         except BaseException:  # noqa: BLE001  (any crash counts as a failing test run)
             code = 99
         os._exit(int(code))
@@ -185,10 +211,16 @@ def main() -> int:
     parser.add_argument("--json", default=None, help="write the full result here")
     parser.add_argument("--jobs", type=int, default=1, help="mutants run at once (each in its own copy)")
     parser.add_argument("--list", action="store_true", help="only list the mutants")
+    parser.add_argument("--rerun", default=None,
+                        help="a previous --json result: run only its survivors (matched by file, code, mutation)")
     args = parser.parse_args()
     files = [SELECTORS / f for f in args.files.split(",") if f] or sorted(
         p for p in SELECTORS.glob("*.py") if p.name not in SKIP_FILES)
     work = [(path, *m) for path in files for m in mutants(path)]
+    if args.rerun:
+        previous = json.loads(Path(args.rerun).read_text())["mutants"]
+        wanted = {(r["file"], r["code"], r["mutation"]) for r in previous if r["status"] != "killed"}
+        work = [w for w in work if (w[0].name, w[2].strip(), w[4]) in wanted]
     if args.list:
         for path, row, line, _, what in work:
             print(f"{path.name}:{row}: {what}: {line.strip()}")
@@ -204,7 +236,7 @@ def main() -> int:
         root = roots[index % len(roots)]
         rel = str(path.relative_to(REPO))
         killed = run_mutant(root, rel, row, mutated, (root / rel).read_text().splitlines(keepends=True))
-        reason = EQUIVALENT.get((path.name, line.strip()))
+        reason = EQUIVALENT.get((path.name, line.strip(), what))
         status = "killed" if killed else ("equivalent" if reason else "survived")
         print(f"[{index + 1}/{len(work)}] {status:10s} {path.name}:{row}: {what}: {line.strip()}", flush=True)
         return {"file": path.name, "line": row, "mutation": what, "code": line.strip(), "status": status,
