@@ -196,3 +196,27 @@ def test_duplicate_prompt_in_a_step_is_rejected(tmp_path):
     log.write_text('{"step": 0, "prompt_id": 1, "rewards": [1, 0]}\n{"step": 0, "prompt_id": 1, "rewards": [0, 0]}\n')
     result = replay(log, "selector=uniform")
     assert result.exit_code == 2 and "line 2" in result.output and "'prompt_id'" in result.output
+
+
+@pytest.mark.parametrize("name,p_after", [("greso", (0.49, 0.49)), ("hive", (0.49, 0.49))])
+def test_round_samplers_finish_each_logged_step(name, p_after):
+    """Each logged step is one complete update (B = m): counters reset, exploration adapted (spec §8)."""
+    from lze_bench.config import compose
+    from lze_bench.replay import AstralReference, LogFeatures, ReplayResult, replay_step
+    from lze_bench.replay.log import read_log
+    from lze_bench.selectors import build_selector
+    from lze_bench.selectors.base import step_rng
+
+    log = read_log(SMALL)
+    selector = build_selector(compose("train", [f"selector={name}"]).selector, num_prompts=log.num_prompts,
+                              batch_size=6)
+    result = ReplayResult(np.zeros(log.step.size, dtype=bool), np.zeros(log.step.size, dtype=bool))
+    features, reference = LogFeatures(log), AstralReference(selector, log)
+    for step in (0, 1):
+        selector.begin_epoch(step, step_rng(0, step, 2))
+        rows = np.flatnonzero(log.step == step)
+        summary = replay_step(selector, log, rows, step, step, 0, None, features, reference, result)
+        assert summary["more_asked"] > 0  # short of B = 6: it would have asked for more
+        state = selector.state_dict()
+        assert (state["kept_so_far"], state["gen_rounds"], state["rolled_step"]) == (0, 0, 0)
+    assert (round(selector.history.p_easy, 6), round(selector.history.p_hard, 6)) == p_after

@@ -90,8 +90,11 @@ def test_lze_keep_ratio_one_keeps_everything_including_dead():
 
 def test_lze_rejects_rewards_outside_unit_interval_and_unobserved_batches():
     sel = make("lze")
-    with pytest.raises(LzeBenchError, match=r"\[0, 1\]"):
-        sel.observe(batch([0], [[2.0, 0.0]]))
+    just_above = float(np.nextafter(np.float32(1), np.float32(2)))
+    for bad in ([[2.0, 0.0]], [[just_above, 0.5]], [[0.5, -0.25]], [[0.5, 0.0], [1.0, just_above]]):
+        with pytest.raises(LzeBenchError, match=r"\[0, 1\]"):
+            sel.observe(batch(np.arange(len(bad)), bad))
+    sel.observe(batch([0, 1], [[0.5, 1.0], [0.0, 0.25]]))  # in range, not 0/1: accepted
     with pytest.raises(LzeBenchError, match="observe"):
         sel.select_update(batch([1], [[1.0, 0.0]]), 0, step_rng(0, 0, 1))
 
@@ -256,13 +259,20 @@ def test_hive_and_greso_round_sizes_and_caps():
     for round_index in range(9):  # hive: dapo's cap of 10 rounds, then a partial update
         decision = hive.select_update(dead, 0, step_rng(0, 0, 1, round_index))
         assert decision.more == 8 and not decision.partial
-    assert hive.select_update(dead, 0, step_rng(0, 0, 1, 9)).partial
+    last = hive.select_update(dead, 0, step_rng(0, 0, 1, 9))
+    assert last.partial and last.more == 0
     full = make("hive", num_prompts=100, batch_size=2, max_gen_batches=1)
     decision = full.select_update(batch([0, 1], [[1, 0, 0, 0], [0, 1, 1, 0]]), 0, step_rng(0, 0, 1))
     assert decision.more == 0 and not decision.partial  # filled in the last allowed round: not partial
     strict = make("hive", num_prompts=100, batch_size=5, max_gen_batches=1, on_exhaust="error")
     with pytest.raises(SelectorExhausted, match="max_gen_batches=1"):
         strict.select_update(dead, 0, step_rng(0, 0, 1))
+    capped = make("greso", num_prompts=100, batch_size=4, max_gen_batches=1)  # a request of 1 still hits the cap
+    ids = capped.select_rollout(np.arange(4), 6, 0, step_rng(0, 0, 0))
+    group = batch(ids, [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [1, 1, 1, 1]])  # need 1: T = 1, more = 1
+    capped.observe(group)
+    decision = capped.select_update(group, 0, step_rng(0, 0, 1))
+    assert (decision.more, decision.partial) == (0, True)
     greso = make("greso", num_prompts=400, batch_size=5)
     for round_index in range(30):  # greso: no cap by default; no informative group asks for a full round
         ids = greso.select_rollout(np.arange(8) + 8 * round_index, 8, 0, step_rng(0, 0, 0, round_index))
