@@ -620,3 +620,19 @@ def test_hive_passing_exactly_budget_needs_no_cap():
     values = {10: 0.9, 11: 0.1, 12: 0.8, 13: 0.2}  # median 0.5: 10 and 12 pass, exactly the budget
     ids = sel.select_rollout(np.arange(10, 14), 2, 0, step_rng(0, 0, 0), lambda n, x: np.array([values[i] for i in x]))
     assert ids.tolist() == [10, 12]
+
+
+def test_step_rng_appends_the_round_from_round_one():
+    """Section 0: default_rng([seed, step, TAG]) for round 0, [seed, step, TAG, r] for r >= 1."""
+    draw = lambda rng: rng.random(3).tolist()  # noqa: E731
+    assert draw(step_rng(5, 7, 1)) == draw(np.random.default_rng([5, 7, 1])) == draw(step_rng(5, 7, 1, 0))
+    assert draw(step_rng(5, 7, 1, 1)) == draw(np.random.default_rng([5, 7, 1, 1]))
+    assert draw(step_rng(5, 7, 1, 2)) == draw(np.random.default_rng([5, 7, 1, 2]))
+
+
+def test_dapo_keeps_single_response_groups_only():
+    sel = make("dapo", 10, 2)
+    assert sel.select_update(batch([0, 1], [[1.0], [0.0]]), 0, step_rng(0, 0, 1)).keep.tolist() == [True, True]
+    sel = make("dapo", 10, 2)
+    pairs = batch([0, 1, 2], [[1.0, 1.0], [0.0, 1.0], [0.0, 0.0]])
+    assert sel.select_update(pairs, 0, step_rng(0, 0, 1)).keep.tolist() == [False, True, False]
