@@ -66,6 +66,7 @@ EQUIVALENT = {
 # (substring of the line, mutation) -> reason, for every file
 EQUIVALENT_PATTERNS = {
     ("reshape(-1)", "1 -> 2"): "numpy reads any negative size as 'infer': reshape(-2) is reshape(-1)",
+    ("~(draws < ", "< -> <="): "a uniform draw equals the skip probability with probability 0 (2^-53 per draw)",
 }
 
 
