@@ -636,3 +636,32 @@ def test_dapo_keeps_single_response_groups_only():
     sel = make("dapo", 10, 2)
     pairs = batch([0, 1, 2], [[1.0, 1.0], [0.0, 1.0], [0.0, 0.0]])
     assert sel.select_update(pairs, 0, step_rng(0, 0, 1)).keep.tolist() == [False, True, False]
+
+
+def test_dapo_round_counter_restarts_each_step():
+    sel = make("dapo", 50, 2, gen_batch_size=2, max_gen_batches=2)
+    assert sel.select_update(batch([0, 1], [[1, 0], [0, 1]]), 0, step_rng(0, 0, 1)).more == 0  # step 0 full
+    second = sel.select_update(batch([2, 3], [[1, 1], [0, 0]]), 1, step_rng(0, 1, 1))
+    assert (second.more, second.partial) == (2, False)  # step 1 round 1 of 2: not exhausted yet
+    third = sel.select_update(batch([4, 5], [[1, 1], [0, 0]]), 1, step_rng(0, 1, 1, 1))
+    assert (third.more, third.partial) == (0, True)
+
+
+def test_hive_stage_two_edges():
+    sel = make("hive", 50, 2)
+    calls = []
+
+    def features(name, ids):
+        calls.append(ids.tolist())
+        return np.full(ids.size, 0.5)
+
+    assert sel.select_rollout(np.array([7]), 1, 0, step_rng(0, 0, 0), features).tolist() == [7]  # one listed
+    assert sel.select_rollout(np.array([8, 9]), 0, 0, step_rng(0, 0, 0), features).tolist() == []  # budget 0
+    assert calls == [[7]]  # no feature call without a budget
+    state = sel.state_dict()
+    state["p_hist"][20:24] = 1.0
+    state["easy_run"][20:24] = 60  # keep probability floor 0.01, times e = 0.5
+    state["n_obs"][20:24] = 1
+    sel.load_state_dict(state)
+    assert sel.select_rollout(np.arange(20, 24), 2, 1, step_rng(0, 1, 0), features).tolist() == []
+    assert calls == [[7]]  # empty shortlist: no feature call
