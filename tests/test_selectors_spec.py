@@ -248,6 +248,8 @@ def test_h3_hive_end_to_end_rounds_with_dynamic_sampling():
         budget = decision.more
     assert update == [53, 56]
     assert sel.history.p_easy == 0.5 and sel.history.p_hard == 0.5  # epoch 0: no adaptation
+    state = sel.state_dict()  # the update is decided: the step's counters are reset
+    assert (state["kept_so_far"], state["gen_rounds"], state["cand_step"], state["rolled_step"]) == (0, 0, 0, 0)
 
 
 # --- GRESO ---------------------------------------------------------------------
@@ -641,10 +643,12 @@ def test_dapo_keeps_single_response_groups_only():
 def test_dapo_round_counter_restarts_each_step():
     sel = make("dapo", 50, 2, gen_batch_size=2, max_gen_batches=2)
     assert sel.select_update(batch([0, 1], [[1, 0], [0, 1]]), 0, step_rng(0, 0, 1)).more == 0  # step 0 full
-    second = sel.select_update(batch([2, 3], [[1, 1], [0, 0]]), 1, step_rng(0, 1, 1))
-    assert (second.more, second.partial) == (2, False)  # step 1 round 1 of 2: not exhausted yet
+    second = sel.select_update(batch([2, 3], [[1, 0], [0, 0]]), 1, step_rng(0, 1, 1))
+    assert (second.keep.tolist(), second.more, second.partial) == ([True, False], 2, False)  # 1 of 2, round 1 of 2
     third = sel.select_update(batch([4, 5], [[1, 1], [0, 0]]), 1, step_rng(0, 1, 1, 1))
     assert (third.more, third.partial) == (0, True)
+    tiny = make("dapo", 50, 2, gen_batch_size=1, max_gen_batches=1)  # a request of one prompt still hits the cap
+    assert (lambda d: (d.more, d.partial))(tiny.select_update(batch([0], [[1, 1]]), 0, step_rng(0, 0, 1))) == (0, True)
 
 
 def test_hive_stage_two_edges():
@@ -665,3 +669,6 @@ def test_hive_stage_two_edges():
     sel.load_state_dict(state)
     assert sel.select_rollout(np.arange(20, 24), 2, 1, step_rng(0, 1, 0), features).tolist() == []
     assert calls == [[7]]  # empty shortlist: no feature call
+    for bad in (lambda n, ids: np.zeros(ids.size + 1), lambda n, ids: np.full(ids.size, np.nan)):
+        with pytest.raises(Exception, match="prompt_entropy"):
+            make("hive", 50, 2).select_rollout(np.array([1, 2]), 2, 0, step_rng(0, 0, 0), bad)
