@@ -165,8 +165,10 @@ def test_lze_align_minibatch_reproduces_the_authors_trimming():
     assert sel.align_mask(600, 8, 8192, step_rng(0, 5, 1, 99)).sum() == 4096  # floor(4800 / 2048) = 2 units
     assert make("lze", batch_size=8).align_mask(3, 4, 32, rng) is None  # off by default
     assert make("lze", batch_size=8, align_minibatch=True, keep_ratio=1.0).align_mask(3, 4, 32, rng) is None
-    default = make("lze", batch_size=10, align_minibatch=True)  # mini-batch floor(10 / 4) = 2 prompts
-    assert default.align_mask(5, 2, 20, step_rng(0, 0, 1, 99)).sum() == 8  # unit 4: 10 -> 8
+    default = make("lze", batch_size=12, align_minibatch=True)  # mini-batch floor(12 / 4) = 3 prompts
+    assert default.align_mask(5, 2, 24, step_rng(0, 0, 1, 99)).sum() == 6  # unit 6: 10 -> 6
+    small = make("lze", batch_size=3, align_minibatch=True)  # floor(3 / 4) = 0: at least 1 prompt
+    assert small.align_mask(3, 2, 8, step_rng(0, 0, 1, 99)) is None  # unit 2: 6 responses are whole units
 
 
 def test_local_grpo_trims_responses_after_the_advantages():
