@@ -647,6 +647,8 @@ def test_dapo_round_counter_restarts_each_step():
     assert (second.keep.tolist(), second.more, second.partial) == ([True, False], 2, False)  # 1 of 2, round 1 of 2
     third = sel.select_update(batch([4, 5], [[1, 1], [0, 0]]), 1, step_rng(0, 1, 1, 1))
     assert (third.more, third.partial) == (0, True)
+    full = make("dapo", 50, 2, max_gen_batches=1).select_update(batch([0, 1], [[1, 0], [0, 1]]), 0, step_rng(0, 0, 1))
+    assert (full.more, full.partial) == (0, False)  # filled in the last allowed round: not partial
     tiny = make("dapo", 50, 2, gen_batch_size=1, max_gen_batches=1)  # a request of one prompt still hits the cap
     assert (lambda d: (d.more, d.partial))(tiny.select_update(batch([0], [[1, 1]]), 0, step_rng(0, 0, 1))) == (0, True)
 
