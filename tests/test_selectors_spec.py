@@ -674,3 +674,17 @@ def test_hive_stage_two_edges():
     for bad in (lambda n, ids: np.zeros(ids.size + 1), lambda n, ids: np.full(ids.size, np.nan)):
         with pytest.raises(Exception, match="prompt_entropy"):
             make("hive", 50, 2).select_rollout(np.array([1, 2]), 2, 0, step_rng(0, 0, 0), bad)
+
+
+def test_lze_init_probe_anchors_every_prompt_once():
+    sel = make("lze", 6, 2, anchor="init_probe")
+    ids = sel.probe(0, step_rng(0, 0, 3))
+    assert ids.tolist() == list(range(6))
+    sel.observe_probe(batch(ids, [[1, 1, 1, 1], [1, 0, 0, 0]] * 3))
+    state = sel.state_dict()
+    assert r4(state["d_init"]) == [0.05, 0.75] * 3 and state["n_obs"].tolist() == [0] * 6  # anchored, not observed
+    assert sel.probe(1, step_rng(0, 1, 3)) is None  # once
+    plain = make("lze", 6, 2)
+    assert plain.probe(0, step_rng(0, 0, 3)) is None
+    plain.observe_probe(batch(np.arange(6), np.ones((6, 4))))
+    assert (plain.state_dict()["d_init"] == -1).all()  # first_seen: a probe anchors nothing

@@ -67,6 +67,8 @@ EQUIVALENT = {
 EQUIVALENT_PATTERNS = {
     ("reshape(-1)", "1 -> 2"): "numpy reads any negative size as 'infer': reshape(-2) is reshape(-1)",
     ("~(draws < ", "< -> <="): "a uniform draw equals the skip probability with probability 0 (2^-53 per draw)",
+    ("int(rewards.view(np.uint32).max()) <= 0x3F800000", "<= -> <"):
+        "a maximum of exactly 1.0 then takes the exact range check, which accepts it too",
     ("if np.count_nonzero(passed) > budget:", "> -> >="):
         "with exactly `budget` passing, the top-`budget` cap picks the same prompts",
 }
