@@ -688,3 +688,19 @@ def test_lze_init_probe_anchors_every_prompt_once():
     assert plain.probe(0, step_rng(0, 0, 3)) is None
     plain.observe_probe(batch(np.arange(6), np.ones((6, 4))))
     assert (plain.state_dict()["d_init"] == -1).all()  # first_seen: a probe anchors nothing
+
+
+def test_lze_one_epoch_transition_starts_at_the_end_of_warmup():
+    assert lze_epoch_keep(1, warmup_epochs=1, transition_epochs=1) == 10  # prog 0: ratio 1, every alive group
+    assert lze_epoch_keep(2, warmup_epochs=1, transition_epochs=1) == 4
+
+
+def test_lze_keeps_every_alive_group_when_k_covers_the_batch():
+    """k >= G keeps `alive`, even a group whose energy is 0 (d_init_min = 0 and a first sight at p = 1)."""
+    sel = make("lze", 10, 1, d_init_min=0.0, exploration_noise=0.0)
+    sel.observe(batch([0], [[1, 1, 1, 1]]))  # d_init = 0 forever
+    sel.begin_epoch(1, step_rng(0, 1, 2))
+    group = batch([0], [[1, 0, 0, 0]])
+    sel.observe(group)
+    assert sel.state_dict()["cache_energy"].tolist() == [0.0]
+    assert sel.select_update(group, 1, step_rng(0, 1, 1)).keep.tolist() == [True]  # k = max(.., 1) = 1 = G

@@ -69,6 +69,8 @@ EQUIVALENT_PATTERNS = {
     ("~(draws < ", "< -> <="): "a uniform draw equals the skip probability with probability 0 (2^-53 per draw)",
     ("int(rewards.view(np.uint32).max()) <= 0x3F800000", "<= -> <"):
         "a maximum of exactly 1.0 then takes the exact range check, which accepts it too",
+    ("k = max(max(1, int(np.floor(groups * ratio))), max(1, int(np.floor(groups * ratio_min))))", "1 -> 0"):
+        "the other inner max(1, ...) still keeps k >= 1",
     ("if np.count_nonzero(passed) > budget:", "> -> >="):
         "with exactly `budget` passing, the top-`budget` cap picks the same prompts",
 }
