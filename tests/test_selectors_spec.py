@@ -554,7 +554,8 @@ def test_lze_gumbel_noise_scales_with_the_energy_spread():
     for seed in range(12):
         gumbel = step_rng(seed, 0, 1).gumbel(0.0, 1.0, 4)
         for energies, noise in (([0.5, 0.4, 0.3, 0.2], 0.3), ([0.5, 0.49, 0.48, 0.47], 0.5),
-                                ([0.3, 0.3, 0.3, 0.3], 2.0), ([0.9, 0.3, 0.2, 0.1], 0.1)):
+                                ([0.3, 0.3, 0.3, 0.3], 2.0), ([0.9, 0.3, 0.2, 0.1], 0.1),
+                                ([0.3, 0.298, 0.296, 0.294], 0.3)):  # spread below the 0.01 floor
             spread = max(max(energies) - min(energies), 0.01)
             key = np.asarray(energies) + noise * spread * gumbel
             expected = np.lexsort((np.arange(4), -key))[:1].tolist()
@@ -704,3 +705,30 @@ def test_lze_keeps_every_alive_group_when_k_covers_the_batch():
     sel.observe(group)
     assert sel.state_dict()["cache_energy"].tolist() == [0.0]
     assert sel.select_update(group, 1, step_rng(0, 1, 1)).keep.tolist() == [True]  # k = max(.., 1) = 1 = G
+
+
+def test_lze_noise_never_spends_a_slot_on_a_dead_group():
+    """Only E > 0 groups are ranked: with loud noise, k alive groups are still kept among many dead ones."""
+    rewards = [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0]] + [[1, 1, 1, 1]] * 4 + [[0, 0, 0, 0]] * 3
+    for seed in range(10):
+        sel = make("lze", 20, 10, exploration_noise=50.0)
+        sel.begin_epoch(1, step_rng(seed, 1, 2))
+        group = batch(np.arange(10), rewards)
+        sel.observe(group)
+        keep = sel.select_update(group, 1, step_rng(seed, 1, 1)).keep
+        assert keep.sum() == 3 and keep[:3].all()  # k = max(floor(4), floor(3)) = 4 > 3 alive: all alive
+
+
+def test_lze_card_variant_samples_by_distance_to_half_over_tau():
+    rewards = [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1]]
+    for tau in (0.05, 0.2, 1.0):
+        for seed in range(8):
+            sel = make("lze", 10, 6, variant="card", tau=tau)
+            sel.begin_epoch(1, step_rng(seed, 1, 2))
+            group = batch(np.arange(6), rewards)
+            sel.observe(group)
+            ema = sel.state_dict()["ema"][:6].astype(np.float64)
+            key = -np.abs(ema - 0.5) / tau + step_rng(seed, 1, 1).gumbel(size=6)
+            key[5] = -np.inf  # all solved: dead
+            expected = sorted(np.lexsort((np.arange(6), -key))[:2].tolist())  # k = max(floor(2.4), floor(1.8)) = 2
+            assert np.flatnonzero(sel.select_update(group, 1, step_rng(seed, 1, 1)).keep).tolist() == expected
