@@ -555,9 +555,10 @@ def test_lze_gumbel_noise_scales_with_the_energy_spread():
         gumbel = step_rng(seed, 0, 1).gumbel(0.0, 1.0, 4)
         for energies, noise in (([0.5, 0.4, 0.3, 0.2], 0.3), ([0.5, 0.49, 0.48, 0.47], 0.5),
                                 ([0.3, 0.3, 0.3, 0.3], 2.0), ([0.9, 0.3, 0.2, 0.1], 0.1),
-                                ([0.3, 0.298, 0.296, 0.294], 0.3)):  # spread below the 0.01 floor
+                                ([0.3, 0.298, 0.296, 0.294], 0.3),  # spread below the 0.01 floor
+                                ([0.5, 0.5 + 1e-8, 0.5 - 1e-8, 0.1], 0.0)):  # no noise: the 1e-8 scale floor
             spread = max(max(energies) - min(energies), 0.01)
-            key = np.asarray(energies) + noise * spread * gumbel
+            key = np.asarray(energies) + max(noise * spread, 1e-8) * gumbel
             expected = np.lexsort((np.arange(4), -key))[:1].tolist()
             assert keep(energies, noise, seed) == expected, (energies, noise, seed)
             outcomes.add((tuple(energies), expected[0]))
