@@ -733,3 +733,29 @@ def test_lze_card_variant_samples_by_distance_to_half_over_tau():
             key[5] = -np.inf  # all solved: dead
             expected = sorted(np.lexsort((np.arange(6), -key))[:2].tolist())  # k = max(floor(2.4), floor(1.8)) = 2
             assert np.flatnonzero(sel.select_update(group, 1, step_rng(seed, 1, 1)).keep).tolist() == expected
+
+
+def test_lze_fresh_state_is_the_spec_s_unseen_values():
+    state = make("lze", 4, 2).state_dict()
+    assert state["d_init"].tolist() == [-1.0] * 4 and state["ema"].tolist() == [0.5] * 4
+    assert state["first_epoch"].tolist() == [-1] * 4 and np.isnan(state["last_p"]).all()
+    assert state["n_obs"].tolist() == state["streak"].tolist() == [0] * 4
+    assert not state["pruned"].any() and not state["replay"].any()
+    assert (state["epoch"], state["anchored"]) == (0, False)
+    assert all(state[key].size == 0 for key in ("cache_ids", "cache_energy", "cache_alive", "cache_card"))
+    sel = make("lze", 10, 5, exploration_noise=0.0)  # no begin_epoch call: epoch 0 keeps every alive group
+    group = batch(np.arange(5), L1_REWARDS)
+    sel.observe(group)
+    assert np.flatnonzero(sel.select_update(group, 0, step_rng(0, 0, 1)).keep).tolist() == [0, 1, 2, 4]
+
+
+def test_lze_energy_with_an_extreme_momentum_weight():
+    """The energy formula holds for any weight (the code has a second path outside [2^-600, 2^600])."""
+    for weight in (1e200, 0.3, 0.0):
+        sel = l1_selector(1, exploration_noise=0.0, momentum_weight=weight)
+        sel.observe(batch(np.arange(5), L1_REWARDS, 10))
+        p = np.array([0.25, 0.5, 0.75, 1.0, 0.25])
+        d = np.array([1.0, 0.5, 0.25, 0.05, 0.75])
+        m = np.minimum(2 * np.abs(p - np.array([0.0, 0.5, 0.75, 1.0, 0.25])), 1)
+        expected = d * 4 * p * (1 - p) * (1 + weight * m)
+        assert sel.state_dict()["cache_energy"] == pytest.approx(expected, rel=1e-12), weight

@@ -65,6 +65,18 @@ EQUIVALENT = {
 
 # (substring of the line, mutation) -> reason, for every file
 EQUIVALENT_PATTERNS = {
+    ("if weight == 0.0 or 2.0**-600 <= weight <= 2.0**600:", "*"):
+        "guard of an exact fast path: both branches give the same energy bits (lze_state.energy_and_ema)",
+    ("where = np.flatnonzero(self.d_init[ids] < 0)", "< -> <="):
+        "first_sight only ever gets unanchored prompts (observe filters d_init < 0; the init probe runs first)",
+    ("if ids.size and not d_init.min() >= 0:", ">= -> >"): "the branch itself re-filters with d_init < 0",
+    ("BLOCK = 1 << 16", "*"): "block size of a blocked loop: every block computes the same values",
+    ("SOLVED = 1.0 - 1e-8", "1e-8 -> 2e-08"): "pass rates are multiples of 1/n: no p lies in [1 - 2e-8, 1 - 1e-8) for n < 5e7",
+    ("(self.batch_size or 0) // 4)", "// -> /"): "int() of a positive quotient is its floor; max(1, x < 1) is 1",
+    ("or raw == 0 or raw == int(total_responses)", "0 -> 1"):
+        "raw = 0 gives count 0 >= raw (no cut) anyway; raw = 1 is always one whole unit",
+    ("count = (raw // unit) * unit or min(unit, raw)", "min -> max"):
+        "that branch runs only when raw < unit, where min and max both give count >= raw: nothing is cut",
     ("reshape(-1)", "1 -> 2"): "numpy reads any negative size as 'infer': reshape(-2) is reshape(-1)",
     ("~(draws < ", "< -> <="): "a uniform draw equals the skip probability with probability 0 (2^-53 per draw)",
     ("int(rewards.view(np.uint32).max()) <= 0x3F800000", "<= -> <"):
@@ -79,8 +91,8 @@ EQUIVALENT_PATTERNS = {
 def equivalent_reason(name: str, code: str, what: str) -> str | None:
     if (name, code, what) in EQUIVALENT:
         return EQUIVALENT[(name, code, what)]
-    return next((why for (part, mutation), why in EQUIVALENT_PATTERNS.items() if part in code and mutation == what),
-                None)
+    return next((why for (part, mutation), why in EQUIVALENT_PATTERNS.items()
+                 if part in code and mutation in (what, "*")), None)
 
 
 def mutants(path: Path):
