@@ -95,6 +95,7 @@ def test_lze_rejects_rewards_outside_unit_interval_and_unobserved_batches():
         with pytest.raises(LzeBenchError, match=r"\[0, 1\]"):
             sel.observe(batch(np.arange(len(bad)), bad))
     sel.observe(batch([0, 1], [[0.5, 1.0], [0.0, 0.25]]))  # in range, not 0/1: accepted
+    sel.observe(batch([2, 3], [[-0.0, 1.0], [0.5, 0.5]]))  # -0.0 (sign bit set) is 0: accepted
     with pytest.raises(LzeBenchError, match="observe"):
         sel.select_update(batch([1], [[1.0, 0.0]]), 0, step_rng(0, 0, 1))
 
@@ -162,6 +163,7 @@ def test_lze_align_minibatch_reproduces_the_authors_trimming():
     assert sel.align_mask(256, 8, 8192, rng) is None  # exactly one unit: nothing cut
     assert sel.align_mask(200, 8, 8192, rng) is None  # 1600 < unit: min(unit, K_raw) = K_raw, nothing cut
     assert sel.align_mask(0, 8, 8192, rng) is None and sel.align_mask(1024, 8, 8192, rng) is None  # 0 or all
+    assert sel.align_mask(409, 8, 3272, rng) is None  # every response kept: not cut, even off a unit
     assert sel.align_mask(600, 8, 8192, step_rng(0, 5, 1, 99)).sum() == 4096  # floor(4800 / 2048) = 2 units
     assert make("lze", batch_size=8).align_mask(3, 4, 32, rng) is None  # off by default
     assert make("lze", batch_size=8, align_minibatch=True, keep_ratio=1.0).align_mask(3, 4, 32, rng) is None

@@ -572,6 +572,7 @@ def test_lze_gumbel_noise_scales_with_the_energy_spread():
     (1, 2, 12, 0.49, 0.49),  # exactly 1/12 solved and 1/6 failed: at the targets -> explore less
     (1, 1, 13, 0.51, 0.51),  # below both targets -> explore more
     (0, 3, 13, 0.51, 0.49),  # 3/13 >= 1/6 failed
+    (1, 0, 1, 0.49, 0.51),  # a single rolled-out group still adapts
 ])
 def test_greso_adaptation_targets_are_a_third_and_two_thirds(solved, failed, rolled, p_easy, p_hard):
     sel = make("greso", 50, 4)
@@ -759,3 +760,22 @@ def test_lze_energy_with_an_extreme_momentum_weight():
         m = np.minimum(2 * np.abs(p - np.array([0.0, 0.5, 0.75, 1.0, 0.25])), 1)
         expected = d * 4 * p * (1 - p) * (1 + weight * m)
         assert sel.state_dict()["cache_energy"] == pytest.approx(expected, rel=1e-12), weight
+
+
+def test_lze_noise_free_ties_are_broken_at_the_1e8_scale():
+    """exploration_noise = 0 still draws Gumbel noise at scale 1e-8 (never 0), so near-ties are random."""
+    sel = make("lze", 10, 4, exploration_noise=0.0)
+    state = sel.state_dict()
+    state["epoch"] = 1
+    sel.load_state_dict(state)
+    group = batch(np.arange(4), [[1, 0, 0, 0]] * 4)
+    energies = np.array([0.5, 0.5 + 1.5e-8, 0.1, 0.1])
+    picks = []
+    for seed in range(60):
+        sel.observe(group)
+        sel.state.cache_energy = energies.copy()
+        key = energies + 1e-8 * step_rng(seed, 0, 1).gumbel(0.0, 1.0, 4)
+        expected = np.lexsort((np.arange(4), -key))[:1].tolist()
+        assert np.flatnonzero(sel.select_update(group, 0, step_rng(seed, 0, 1)).keep).tolist() == expected
+        picks.append(expected[0])
+    assert set(picks) == {0, 1}

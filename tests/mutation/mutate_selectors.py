@@ -73,6 +73,7 @@ EQUIVALENT_PATTERNS = {
     ("BLOCK = 1 << 16", "*"): "block size of a blocked loop: every block computes the same values",
     ("SOLVED = 1.0 - 1e-8", "1e-8 -> 2e-08"): "pass rates are multiples of 1/n: no p lies in [1 - 2e-8, 1 - 1e-8) for n < 5e7",
     ("(self.batch_size or 0) // 4)", "// -> /"): "int() of a positive quotient is its floor; max(1, x < 1) is 1",
+    ("(self.batch_size or 0) // 4)", "0 -> 1"): "without a batch size, 0 // 4 and 1 // 4 are both 0: max(1, .) = 1",
     ("or raw == 0 or raw == int(total_responses)", "0 -> 1"):
         "raw = 0 gives count 0 >= raw (no cut) anyway; raw = 1 is always one whole unit",
     ("count = (raw // unit) * unit or min(unit, raw)", "min -> max"):
