@@ -779,3 +779,14 @@ def test_lze_noise_free_ties_are_broken_at_the_1e8_scale():
         assert np.flatnonzero(sel.select_update(group, 0, step_rng(seed, 0, 1)).keep).tolist() == expected
         picks.append(expected[0])
     assert set(picks) == {0, 1}
+
+
+def test_lze_momentum_is_capped_at_one():
+    for weight in (0.3, 1e200):  # both code paths of the energy
+        sel = make("lze", 10, 2, exploration_noise=0.0, momentum_weight=weight)
+        state = sel.state_dict()
+        state["d_init"][:2], state["ema"][:2] = 1.0, [0.0, 0.5]
+        sel.load_state_dict(state)
+        sel.observe(batch([0, 1], [[1, 1, 1, 0], [1, 1, 1, 0]]))  # p = .75: |p - ema| = .75 and .25
+        expected = 0.75 * np.array([1 + weight * 1.0, 1 + weight * 0.5])  # m = min(1.5, 1) and 0.5
+        assert sel.state_dict()["cache_energy"] == pytest.approx(expected, rel=1e-12)

@@ -70,6 +70,8 @@ EQUIVALENT_PATTERNS = {
     ("where = np.flatnonzero(self.d_init[ids] < 0)", "< -> <="):
         "first_sight only ever gets unanchored prompts (observe filters d_init < 0; the init probe runs first)",
     ("if ids.size and not d_init.min() >= 0:", ">= -> >"): "the branch itself re-filters with d_init < 0",
+    ("first = np.flatnonzero(d_init < 0)", "< -> <="):
+        "first_sight skips d_init == 0 itself, and the reloaded d_init / ema are unchanged",
     ("BLOCK = 1 << 16", "*"): "block size of a blocked loop: every block computes the same values",
     ("SOLVED = 1.0 - 1e-8", "1e-8 -> 2e-08"): "pass rates are multiples of 1/n: no p lies in [1 - 2e-8, 1 - 1e-8) for n < 5e7",
     ("(self.batch_size or 0) // 4)", "// -> /"): "int() of a positive quotient is its floor; max(1, x < 1) is 1",
