@@ -247,14 +247,15 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1, help="mutants run at once (each in its own copy)")
     parser.add_argument("--list", action="store_true", help="only list the mutants")
     parser.add_argument("--rerun", default=None,
-                        help="a previous --json result: run only its survivors (matched by file, code, mutation)")
+                        help="a previous --json result: run only its survivors (matched by file, code, mutation; "
+                             "its equivalent mutants are not run again)")
     args = parser.parse_args()
     files = [SELECTORS / f for f in args.files.split(",") if f] or sorted(
         p for p in SELECTORS.glob("*.py") if p.name not in SKIP_FILES)
     work = [(path, *m) for path in files for m in mutants(path)]
     if args.rerun:
         previous = json.loads(Path(args.rerun).read_text())["mutants"]
-        wanted = {(r["file"], r["code"], r["mutation"]) for r in previous if r["status"] != "killed"}
+        wanted = {(r["file"], r["code"], r["mutation"]) for r in previous if r["status"] == "survived"}
         work = [w for w in work if (w[0].name, w[2].strip(), w[4]) in wanted]
     if args.list:
         for path, row, line, _, what in work:
