@@ -790,3 +790,20 @@ def test_lze_momentum_is_capped_at_one():
         sel.observe(batch([0, 1], [[1, 1, 1, 0], [1, 1, 1, 0]]))  # p = .75: |p - ema| = .75 and .25
         expected = 0.75 * np.array([1 + weight * 1.0, 1 + weight * 0.5])  # m = min(1.5, 1) and 0.5
         assert sel.state_dict()["cache_energy"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_astral_recalibration_of_a_constant_base_is_the_mean():
+    from lze_bench.selectors.astral_predict import recalibrate
+
+    assert recalibrate(np.full(3, 0.4), np.array([0.2, 0.4, 0.9])) == (0.0, pytest.approx(0.5))
+    slope, intercept = recalibrate(np.array([0.1, 0.5, 0.9]), np.array([0.0, 0.5, 1.0]))
+    assert (slope, intercept) == (pytest.approx(1.25), pytest.approx(-0.125))
+
+
+def test_astral_buffer_cap_floors_the_fresh_share():
+    """cap' = buffer_size - floor(sigma * budget): 6 - floor(1.2) = 5 older groups survive each step."""
+    sel = make("astral", 40, 4, mu=1, sigma=0.3, buffer_size=6)
+    for step in range(3):
+        ids = np.arange(4) + 4 * step
+        sel.observe(batch(ids, np.ones((4, 4)), step))
+    assert sel.buf_pid.tolist() == [3, 4, 5, 6, 7, 8, 9, 10, 11]  # newest 5 of 8, then this step's 4

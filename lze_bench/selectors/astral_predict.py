@@ -53,7 +53,7 @@ def recalibrate(base_ref: np.ndarray, y_ref: np.ndarray) -> tuple[float, float]:
     y_ref = np.asarray(y_ref, dtype=np.float64)
     centered = base_ref - base_ref.mean()
     variance = float(np.dot(centered, centered))
-    if variance == 0.0:
+    if variance == 0.0 or float(np.ptp(base_ref)) == 0.0:  # a constant base (its float mean may not be exact)
         return 0.0, float(y_ref.mean())
     slope = float(np.dot(centered, y_ref - y_ref.mean())) / variance
     return slope, float(y_ref.mean() - slope * base_ref.mean())
