@@ -8,7 +8,15 @@ of the pinned choices:
   0.43125, 5: 0.5625 (0, 3, 4 dead) -> k = 2 keeps {1, 5}; epoch 2: 3 and 5
   (0.8625 each) beat 1 (0.7228);
 * lze_full prunes 0 and 4 (solved at steps 0 and 1); epoch 2 re-checks one (0);
-* hive step 0: all unseen, stage 1 keeps candidates 0..4, entropy keeps 0, 3, 2.
+* hive (budget 3 = 6 / pool_factor, B = 6): step 0 all unseen (q = 1), median
+  entropy 0.6 -> 0, 3, 5; only 5 is informative. Step 1 (v = rng(0,1,0) =
+  .89 .56 .80 .96 .06 .24, q = .25 1 1 .25 1 .875) shortlists all six, median
+  0.45 -> 1, 3, 4. Step 2: p_easy = p_hard = 0.49 after step 1's adaptation,
+  q = .245 .969 1 .120 .245 .875 against v = .08 .40 .60 .15 .12 .33 ->
+  shortlist 1, 2, 5, median 0.6 -> 1, 2; 2 is solved;
+* greso: step 0 all unseen -> all six, keeps the mixed 1, 2, 5; step 1 skips
+  4 (keep 0.5, draw .06), then p_easy = p_hard = 0.49 (1/5 solved, 1/5
+  failed); step 2 keeps 1, 2, 5 of the survivors and 2 is solved.
 """
 
 from __future__ import annotations
@@ -33,7 +41,8 @@ PINNED = {
     "dapo": [(list(range(6)), [1, 2, 5]), (list(range(6)), [1, 2, 5]), (list(range(6)), [1, 3, 5])],
     "lze": [(list(range(6)), [1, 2, 5]), (list(range(6)), [1, 5]), (list(range(6)), [3, 5])],
     "lze_full": [(list(range(6)), [1, 2, 5]), (list(range(6)), [1, 5]), ([0, 1, 2, 3, 5], [3, 5])],
-    "hive": [([0, 2, 3], [0, 2, 3]), ([1, 2, 4], [1, 2, 4]), ([1, 2, 5], [1, 2, 5])],
+    "hive": [([0, 3, 5], [5]), ([1, 3, 4], [1]), ([1, 2], [1])],
+    "greso": [(list(range(6)), [1, 2, 5]), ([0, 1, 2, 3, 5], [1, 2, 5]), ([1, 2, 5], [1, 5])],
     "astral": [([0, 1, 3], [0, 1, 3]), ([2, 4, 5], [2, 4, 5]), ([5], [5])],
 }
 
@@ -113,15 +122,15 @@ def test_rollouts_parquet_and_run_dir_replay_like_jsonl(tmp_path):
     assert choices(read_jsonl(from_dir)) == PINNED["lze"]
 
 
-def test_hive_without_prompt_entropy_ranks_by_history(tmp_path):
+def test_hive_without_prompt_entropy_uses_the_edge_term(tmp_path):
     log = tmp_path / "no_entropy.jsonl"
     log.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "prompt_entropy"}) + "\n"
                            for r in read_jsonl(SMALL)))
     out = tmp_path / "hive.jsonl"
-    assert replay(log, "selector=hive", "selector.explore_prob=0", "--out", out).exit_code == 0
+    assert replay(log, "selector=hive", "--out", out).exit_code == 0
     steps = choices(read_jsonl(out))
-    assert steps[0][0] == [0, 1, 2]  # all unseen: utility ties, candidate order
-    assert steps[1][0] == [3, 4, 5]  # unseen first (u = +inf)
+    assert steps[0][0] == [0, 1, 2]  # all unseen (e = +inf): all pass the median, cap 3 by candidate order
+    assert steps[1][0] == [3, 4, 5]  # e = .5 .875 1 inf inf inf: median inf keeps the unseen
 
 
 def test_astral_with_embeddings_uses_previous_round_as_reference(tmp_path):
@@ -187,3 +196,27 @@ def test_duplicate_prompt_in_a_step_is_rejected(tmp_path):
     log.write_text('{"step": 0, "prompt_id": 1, "rewards": [1, 0]}\n{"step": 0, "prompt_id": 1, "rewards": [0, 0]}\n')
     result = replay(log, "selector=uniform")
     assert result.exit_code == 2 and "line 2" in result.output and "'prompt_id'" in result.output
+
+
+@pytest.mark.parametrize("name,p_after", [("greso", (0.49, 0.49)), ("hive", (0.49, 0.49))])
+def test_round_samplers_finish_each_logged_step(name, p_after):
+    """Each logged step is one complete update (B = m): counters reset, exploration adapted (spec §8)."""
+    from lze_bench.config import compose
+    from lze_bench.replay import AstralReference, LogFeatures, ReplayResult, replay_step
+    from lze_bench.replay.log import read_log
+    from lze_bench.selectors import build_selector
+    from lze_bench.selectors.base import step_rng
+
+    log = read_log(SMALL)
+    selector = build_selector(compose("train", [f"selector={name}"]).selector, num_prompts=log.num_prompts,
+                              batch_size=6)
+    result = ReplayResult(np.zeros(log.step.size, dtype=bool), np.zeros(log.step.size, dtype=bool))
+    features, reference = LogFeatures(log), AstralReference(selector, log)
+    for step in (0, 1):
+        selector.begin_epoch(step, step_rng(0, step, 2))
+        rows = np.flatnonzero(log.step == step)
+        summary = replay_step(selector, log, rows, step, step, 0, None, features, reference, result)
+        assert summary["more_asked"] > 0  # short of B = 6: it would have asked for more
+        state = selector.state_dict()
+        assert (state["kept_so_far"], state["gen_rounds"], state["rolled_step"]) == (0, 0, 0)
+    assert (round(selector.history.p_easy, 6), round(selector.history.p_hard, 6)) == p_after

@@ -46,8 +46,8 @@ HELDOUT = {("uniform", 0): (0.40, 0.50), ("uniform", 1): (0.40, 0.60), ("lze", 0
            ("lze", 1): (0.50, 0.70), ("dapo", 0): (0.10, 0.20), ("dapo", 1): (0.15, 0.25)}
 GSM8K = {("uniform", 0): 0.20, ("uniform", 1): 0.30, ("lze", 0): 0.40, ("lze", 1): 0.20}
 COST = {"uniform": (100, 25, 75, 10.0, 8, 8), "lze": (100, 10, 40, 8.0, 8, 4), "dapo": (200, 25, 75, 12.0, 16, 8),
-        "hive": (100, 25, 75, 10.0, 8, 8)}
-STOPPED_BY = {"uniform": "budget", "lze": "steps", "dapo": "budget", "hive": "budget"}
+        "hive": (100, 25, 75, 10.0, 8, 8), "astral": (100, 25, 75, 10.0, 8, 8)}
+STOPPED_BY = {"uniform": "budget", "lze": "steps", "dapo": "budget", "hive": "budget", "astral": "budget"}
 STEPS = 4
 
 
@@ -192,11 +192,29 @@ def test_report_files(runs_root, tmp_path):
     assert "100 problems" in text and "5.0 points" in text  # sqrt(0.55 * 0.45 / 100)
 
 
+def test_report_shows_astral_predictor_accuracy(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root, "uniform", 0)
+    run_dir = make_run(root, "astral", 0)
+    ledger = pd.read_parquet(run_dir / "ledger.parquet")
+    ledger["astral_pred_mae"] = [0.4, float("nan"), 0.2, 0.1]  # step 1: no prediction
+    ledger["astral_pred_spearman"] = [0.5, float("nan"), float("nan"), 0.7]
+    ledger.to_parquet(run_dir / "ledger.parquet")
+    frame = build(root)["predictor"]
+    assert frame.to_dict("records") == [{"label": "astral", "seed": 0, "steps": 3, "mae": pytest.approx(0.7 / 3),
+                                         "spearman": pytest.approx(0.6), "mae_first": 0.4, "mae_last": 0.1}]
+    out = main(root, name="astral", out_root=tmp_path / "reports")
+    assert "| astral | 1 | 3 | 0.233 | 0.600 | 0.400 | 0.100 |" in (out / "report.md").read_text()
+    assert len(pd.read_csv(out / "astral_predictor.csv")) == 1
+    assert "p̂" not in (out / "table1.md").read_text()  # its own section, not a column of Table 1
+
+
 def test_report_without_uniform_has_no_table2(tmp_path):
     make_run(tmp_path / "runs", "lze", 0)
     report = build(tmp_path / "runs")
     assert report["table2"] is None and report["table3"]["label"].tolist() == ["lze"]
     assert math.isnan(report["table1"]["delta"].iloc[0])
+    assert report["predictor"] is None  # no astral run: no predictor section
 
 
 def test_report_errors_are_one_line(tmp_path):

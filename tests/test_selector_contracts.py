@@ -85,7 +85,7 @@ class Harness:
             self.log.append((step, ids.tolist(), decision.keep.tolist(), decision.more, decision.replay.tolist()))
             if decision.more == 0:
                 return
-            count, budget, round_index = decision.more, decision.more, round_index + 1
+            count, budget, round_index = sel.round_candidates(decision.more), decision.more, round_index + 1
 
 
 def check_rollout(sel, candidates, ids, budget):
@@ -131,6 +131,20 @@ def test_state_round_trip_is_exact_and_continues_identically(name, tmp_path):
     run(name, 5, 6, start=9, harness=harness)
     run(name, 5, 6, start=9, harness=twin)
     assert twin.log == harness.log[tail:]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_loaded_state_is_a_copy(name):
+    """Changing the dict a state was loaded from (or one state_dict returned) leaves the selector unchanged."""
+    harness = run(name, 4, 5)
+    state = harness.sel.state_dict()
+    restored = build(name)
+    restored.load_state_dict(state)
+    before = restored.state_dict()
+    for value in list(state.values()) + list(restored.state_dict().values()):
+        if isinstance(value, np.ndarray) and value.size and value.dtype.kind in "biuf":
+            value[...] = 1 if value.dtype.kind != "b" else ~value
+    assert_states_equal(restored.state_dict(), before)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -90,8 +90,12 @@ def test_lze_keep_ratio_one_keeps_everything_including_dead():
 
 def test_lze_rejects_rewards_outside_unit_interval_and_unobserved_batches():
     sel = make("lze")
-    with pytest.raises(LzeBenchError, match=r"\[0, 1\]"):
-        sel.observe(batch([0], [[2.0, 0.0]]))
+    just_above = float(np.nextafter(np.float32(1), np.float32(2)))
+    for bad in ([[2.0, 0.0]], [[just_above, 0.5]], [[0.5, -0.25]], [[0.5, 0.0], [1.0, just_above]]):
+        with pytest.raises(LzeBenchError, match=r"\[0, 1\]"):
+            sel.observe(batch(np.arange(len(bad)), bad))
+    sel.observe(batch([0, 1], [[0.5, 1.0], [0.0, 0.25]]))  # in range, not 0/1: accepted
+    sel.observe(batch([2, 3], [[-0.0, 1.0], [0.5, 0.5]]))  # -0.0 (sign bit set) is 0: accepted
     with pytest.raises(LzeBenchError, match="observe"):
         sel.select_update(batch([1], [[1.0, 0.0]]), 0, step_rng(0, 0, 1))
 
@@ -147,6 +151,39 @@ def test_lze_without_pruner_never_drops_candidates():
         sel.observe(batch(ids, np.ones((10, 4)), step))
 
 
+def test_lze_align_minibatch_reproduces_the_authors_trimming():
+    """Spec §5 "Authors' trainer alignment": launcher B = 1024, mini-batch 256, n = 8, 409 kept groups."""
+    sel = make("lze", num_prompts=2048, batch_size=1024, align_minibatch=True, align_mini_batch_prompts=256)
+    rng = step_rng(0, 5, 1, 99)
+    mask = sel.align_mask(409, 8, 8192, rng)
+    expected = np.sort(step_rng(0, 5, 1, 99).permutation(409 * 8)[:2048])  # a random 2048 of 3272, in order
+    assert mask.shape == (409, 8) and np.flatnonzero(mask.reshape(-1)).tolist() == expected.tolist()
+    assert mask.sum() == 2048 and 0 < mask.sum(axis=1).min() < 8  # responses, not whole groups
+    assert sel.align_mask(300, 8, 8192, rng).sum() == 2048  # 2400 -> one unit of 2048
+    assert sel.align_mask(256, 8, 8192, rng) is None  # exactly one unit: nothing cut
+    assert sel.align_mask(200, 8, 8192, rng) is None  # 1600 < unit: min(unit, K_raw) = K_raw, nothing cut
+    assert sel.align_mask(0, 8, 8192, rng) is None and sel.align_mask(1024, 8, 8192, rng) is None  # 0 or all
+    assert sel.align_mask(409, 8, 3272, rng) is None  # every response kept: not cut, even off a unit
+    assert sel.align_mask(600, 8, 8192, step_rng(0, 5, 1, 99)).sum() == 4096  # floor(4800 / 2048) = 2 units
+    assert make("lze", batch_size=8).align_mask(3, 4, 32, rng) is None  # off by default
+    assert make("lze", batch_size=8, align_minibatch=True, keep_ratio=1.0).align_mask(3, 4, 32, rng) is None
+    default = make("lze", batch_size=12, align_minibatch=True)  # mini-batch floor(12 / 4) = 3 prompts
+    assert default.align_mask(5, 2, 24, step_rng(0, 0, 1, 99)).sum() == 6  # unit 6: 10 -> 6
+    small = make("lze", batch_size=3, align_minibatch=True)  # floor(3 / 4) = 0: at least 1 prompt
+    assert small.align_mask(3, 2, 8, step_rng(0, 0, 1, 99)) is None  # unit 2: 6 responses are whole units
+
+
+def test_local_grpo_trims_responses_after_the_advantages():
+    from lze_bench.backends.local.grpo import Group, _flatten, group_advantages
+
+    rewards = np.array([1, 0, 0, 1], dtype=np.float32)
+    group = Group(3, 0, [1, 2], [np.array([5]), np.array([6, 7]), np.array([8]), np.array([9])],
+                  [np.zeros(1)] * 4, rewards, train_mask=np.array([True, False, True, False]))
+    seqs, plens, advs, _, _ = _flatten([group], True)
+    assert [s.tolist() for s in seqs] == [[1, 2, 5], [1, 2, 8]]
+    assert advs.tolist() == group_advantages(rewards, True)[[0, 2]].tolist()  # the full group's advantages
+
+
 # --- DAPO / uniform ----------------------------------------------------------
 
 
@@ -191,26 +228,88 @@ def test_uniform_keeps_every_group(rewards):
 # --- HIVE / ASTRAL fallbacks and checks --------------------------------------
 
 
-def test_hive_explores_unseen_and_rechecks_dead_prompts():
-    sel = make("hive", num_prompts=6, explore_prob=1.0)
-    state = sel.state_dict()
-    state["p_hist"] = np.array([1.0, 0.5, 0.0, 0.5, 0.5, np.nan])
-    sel.load_state_dict(state)
-    assert sel.candidates_per_step(3) == 6
-    u = sel.utility(np.arange(6), step_rng(0, 0, 0))
-    assert np.isinf(u[[0, 2, 5]]).all() and np.allclose(u[[1, 3, 4]], 1.0)
-    ranked = sel.select_rollout(np.arange(6), 2, 0, step_rng(0, 0, 0), lambda name, ids: None)
-    assert ranked.tolist() == [0, 2]  # no prompt entropy (replay without it): stage 2 ranks by u
-
-
-def test_hive_gamma_weights_utility_by_response_entropy():
-    sel = make("hive", num_prompts=4, gamma=1.0, explore_prob=0.0)
-    rewards = np.array([[1, 0, 1, 0]] * 3, dtype=np.float32)  # p = 0.5: u = 1 before the entropy factor
-    entropy = np.array([[0.2] * 4, [0.4] * 4, [0.6] * 4], dtype=np.float32)  # h_bar = 0.4
+def test_hive_uncertainty_needs_known_positive_entropy():
+    sel = make("hive", num_prompts=4, batch_size=2)
+    rewards = np.array([[1, 0, 1, 0]] * 3, dtype=np.float32)  # p = 0.5: d = 1
+    entropy = np.array([[0.2] * 4, [0.4] * 4, [0.9] * 4], dtype=np.float32)  # h_bar = 0.5
     sel.observe(RolloutBatch(prompt_ids=[0, 1, 2], rewards=rewards, step=0, response_entropy=entropy))
-    u = sel.utility(np.arange(3), step_rng(0, 1, 0))
-    assert np.allclose(u, [0.5, 1.0, 1.5])
-    assert sel.select_rollout(np.arange(3), 1, 1, step_rng(0, 1, 0), lambda name, ids: None).tolist() == [2]
+    assert np.allclose(sel.edge(np.arange(3)), [0.5 + 0.5 * 0.4, 0.5 + 0.5 * 0.8, 1.0])  # u = min(1, h / h_bar)
+    off = make("hive", num_prompts=4, batch_size=2, use_response_entropy=False)
+    off.observe(RolloutBatch(prompt_ids=[0, 1, 2], rewards=rewards, step=0, response_entropy=entropy))
+    assert np.allclose(off.edge(np.arange(3)), 1.0) and off.requires == ("prompt_entropy",)
+    assert make("hive").requires == ("prompt_entropy", "response_entropy")
+    zero = make("hive", num_prompts=4, batch_size=2)
+    zero.observe(RolloutBatch(prompt_ids=[0, 1], rewards=rewards[:2], step=0, response_entropy=0 * entropy[:2]))
+    assert np.allclose(zero.edge(np.arange(2)), 1.0)  # h_bar <= 0: u = 1
+
+
+def test_hive_ema_of_pass_rate_and_entropy():
+    sel = make("hive", num_prompts=4, batch_size=2)
+    ones, half = np.ones((1, 4), dtype=np.float32), np.array([[1, 0, 1, 0]], dtype=np.float32)
+    sel.observe(RolloutBatch(prompt_ids=[0], rewards=half, step=0, response_entropy=np.full((1, 4), 0.8)))
+    assert sel.p_hist[0] == 0.5 and sel.h_hist[0] == pytest.approx(0.8)  # first sight: the value itself
+    sel.observe(RolloutBatch(prompt_ids=[0], rewards=ones, step=1, response_entropy=np.full((1, 4), 0.4)))
+    assert sel.p_hist[0] == 0.75 and sel.h_hist[0] == pytest.approx(0.6)  # beta = 0.5
+    assert sel.history.easy_run[0] == 1 and sel.history.n_obs[0] == 2
+
+
+def test_hive_and_greso_round_sizes_and_caps():
+    hive = make("hive", num_prompts=100, batch_size=5)
+    assert (hive.rollout_batch_size, hive.candidates_per_step(5), hive.round_candidates(3)) == (8, 16, 6)
+    greso = make("greso", num_prompts=100, batch_size=5)
+    assert (greso.round_size, greso.min_round, greso.candidates_per_step(5), greso.rollout_budget(5)) == (8, 2, 8, 8)
+    assert greso.round_candidates(7) == 7 and greso.config.max_gen_batches == 0
+    dead = batch(np.arange(8), np.ones((8, 4)))
+    for round_index in range(9):  # hive: dapo's cap of 10 rounds, then a partial update
+        decision = hive.select_update(dead, 0, step_rng(0, 0, 1, round_index))
+        assert decision.more == 8 and not decision.partial
+    last = hive.select_update(dead, 0, step_rng(0, 0, 1, 9))
+    assert last.partial and last.more == 0
+    full = make("hive", num_prompts=100, batch_size=2, max_gen_batches=1)
+    decision = full.select_update(batch([0, 1], [[1, 0, 0, 0], [0, 1, 1, 0]]), 0, step_rng(0, 0, 1))
+    assert decision.more == 0 and not decision.partial  # filled in the last allowed round: not partial
+    strict = make("hive", num_prompts=100, batch_size=5, max_gen_batches=1, on_exhaust="error")
+    with pytest.raises(SelectorExhausted, match="max_gen_batches=1"):
+        strict.select_update(dead, 0, step_rng(0, 0, 1))
+    capped = make("greso", num_prompts=100, batch_size=4, max_gen_batches=1)  # a request of 1 still hits the cap
+    ids = capped.select_rollout(np.arange(4), 6, 0, step_rng(0, 0, 0))
+    group = batch(ids, [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [1, 1, 1, 1]])  # need 1: T = 1, more = 1
+    capped.observe(group)
+    decision = capped.select_update(group, 0, step_rng(0, 0, 1))
+    assert (decision.more, decision.partial) == (0, True)
+    greso = make("greso", num_prompts=400, batch_size=5)
+    for round_index in range(30):  # greso: no cap by default; no informative group asks for a full round
+        ids = greso.select_rollout(np.arange(8) + 8 * round_index, 8, 0, step_rng(0, 0, 0, round_index))
+        greso.observe(batch(ids, np.ones((8, 4))))
+        assert greso.select_update(batch(ids, np.ones((8, 4))), 0, step_rng(0, 0, 1, round_index)).more == 8
+
+
+def test_greso_rejects_bad_rewards_and_single_responses():
+    sel = make("greso")
+    with pytest.raises(LzeBenchError, match="n >= 2"):
+        sel.observe(batch([0], [[1.0]]))
+    for bad in ([[1.0, 2.0]], [[0.0, 1.0], [0.0, 2.0]], [[-1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [-1.0, 0.0]]):
+        with pytest.raises(LzeBenchError, match=r"\[0, 1\]"):
+            sel.observe(batch(np.arange(len(bad)), bad))
+
+
+def test_greso_fresh_state_and_no_adaptation_in_epoch_zero():
+    sel = make("greso", num_prompts=50, batch_size=2)
+    state = sel.state_dict()
+    assert (state["epoch"], state["p_easy"], state["p_hard"]) == (0, 0.5, 0.5)
+    assert all(state[key] == 0 for key in ("kept_so_far", "gen_rounds", "cand_step", "rolled_step",
+                                           "solved_step", "failed_step")) and not state["last_round"]
+    ids = sel.select_rollout(np.arange(4), 4, 0, step_rng(0, 0, 0))  # no begin_epoch call: epoch 0
+    group = batch(ids, [[1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0], [0, 1, 1, 1]])
+    sel.observe(group)
+    assert sel.select_update(group, 0, step_rng(0, 0, 1)).more == 0  # B = 2 kept: the update is decided
+    assert (sel.history.p_easy, sel.history.p_hard) == (0.5, 0.5)  # epoch 0: no adaptation
+    sel.begin_epoch(1, step_rng(0, 1, 2))
+    ids = sel.select_rollout(np.arange(4, 8), 4, 1, step_rng(0, 1, 0))
+    group = batch(ids, [[1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0], [0, 1, 1, 1]])
+    sel.observe(group)
+    sel.select_update(group, 1, step_rng(0, 1, 1))
+    assert (sel.history.p_easy, sel.history.p_hard) == (0.49, 0.49)  # 1/4 solved >= 1/12, 1/4 failed >= 1/6
 
 
 def test_astral_history_predictor_without_embeddings():
@@ -244,6 +343,9 @@ def test_lze_full_preset_composes():
         ("selector=lze selector.keep_ratio=1.5", "selector.keep_ratio"),
         ("selector=dapo selector.on_exhaust=crash", "selector.on_exhaust"),
         ("selector=hive selector.pool_factor=0.5", "selector.pool_factor"),
+        ("selector=hive selector.edge_floor=1.5", "selector.edge_floor"),
+        ("selector=greso selector.p_min=0.9 selector.p_max=0.5", "selector.p_min"),
+        ("selector=greso selector.on_exhaust=crash", "selector.on_exhaust"),
         ("selector=astral selector.tau=0", "selector.tau"),
         ("selector=astral selector.replay_strategy=teacher", "selector.replay_strategy"),
     ],

@@ -1,4 +1,4 @@
-"""The real micro sweep (sweeps/micro.yaml): 5 selectors x 2 seeds on the embedded backend through
+"""The real micro sweep (sweeps/micro.yaml): 6 selectors x 2 seeds on the embedded backend through
 submitit's local executor, then `lze-bench report`, asserting on the tables ("Measured outcomes")."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from lze_bench.cli import app
 from lze_bench.sweep.manifest import load_manifest
 
-SELECTORS = ["uniform", "dapo", "astral", "hive", "lze"]
+SELECTORS = ["uniform", "dapo", "astral", "hive", "greso", "lze"]
 runner = CliRunner()
 
 

@@ -173,6 +173,7 @@ def test_warm_start_is_shared_by_selectors_and_seeds(tmp_path, cache_dir):
 SELECTOR_OVERRIDES = {
     "astral": ["selector.ref_size=4", "selector.buffer_size=4"],  # small buffer, mu=2: the store must hold every key
     "dapo": ["selector.max_gen_batches=2"],
+    "greso": [],
     "hive": [],
     "lze": [],
     "lze_full": [],
@@ -191,11 +192,18 @@ def test_every_selector_trains_and_books_its_extra_work(tmp_path, cache_dir, nam
     ledger = read_ledger(run_dir)
     assert ledger["step"].tolist() == [0, 1, 2, 3]
     assert (ledger["groups_kept"] <= ledger["prompts_rolled_out"]).all()
-    if name == "astral":
+    assert {"astral_pred_mae", "astral_pred_spearman", "responses_kept", "responses_trained"} <= set(ledger.columns)
+    assert (ledger["responses_trained"] <= ledger["responses_kept"]).all()
+    if name != "astral":
+        assert ledger["astral_pred_mae"].isna().all()
+    if name == "astral":  # its (our) predictor is measured on every step's rolled-out prompts
+        assert ledger["astral_pred_mae"].between(0, 2).all()
         assert ledger["prompts_probed"].sum() > 0 and ledger["flops_select"].iloc[0] > 0  # probes + embeddings
         assert ledger["groups_replayed"].iloc[1:].sum() > 0
-    if name == "hive":
-        assert (ledger["flops_select"] > 0).all() and (ledger["prompts_considered"] == 8).all()
+    if name == "hive":  # B = 4, R = 6: each round offers pool_factor x R = 12 candidates
+        assert (ledger["flops_select"] > 0).all() and (ledger["prompts_considered"] % 12 == 0).all()
+    if name == "greso":  # round 0 examines S = 6 candidates; later rounds continue while short
+        assert (ledger["prompts_considered"] >= 6).all() and (ledger["gen_rounds"] >= 1).all()
 
 
 def test_dry_run_prints_config_and_run_dir_and_runs_nothing(tmp_path, cache_dir):

@@ -3,7 +3,9 @@
 One step = `select_rollout` + `observe` + `select_update` on a pool of N
 prompts whose candidates are the whole pool (a seeded permutation) and
 whose batch is every prompt the selector rolls out (N groups for uniform,
-dapo, lze; N/2 for hive, whose budget is N / pool_factor; N/2 for astral).
+dapo, lze, greso minus its skips; N/2 for hive, whose budget is N /
+pool_factor; N/2 for astral). GRESO and HIVE run one round per step (their
+dynamic-sampling counters are reset after it, untimed).
 Rewards are 0/1 with each prompt's own random pass rate, `samples` per
 prompt. Before timing, `warmup` steps give every selector realistic
 per-prompt history, and the epoch is set to 1 so LZE takes its top-k path
@@ -92,6 +94,8 @@ def one_step(sel, pool: Pool, step: int) -> tuple[np.ndarray, np.ndarray, int]:
     t3 = _clock()
     sel.select_update(batch, step, rng1)
     t4 = _clock()
+    if hasattr(sel, "finish_update"):  # greso, hive: one round is the whole step here (not timed)
+        sel.finish_update()
     spans = np.array([[b[0] - a[0], b[1] - a[1]] for a, b in ((t0, t1), (t2, t3), (t3, t4))])
     return spans[:, 0], spans[:, 1], int(ids.size)
 

@@ -8,11 +8,12 @@ kept=False`. The output is the same rows plus `rolled_out` and `kept`
 (Parquet when FILE ends in .parquet, else JSONL), and a per-step summary is
 printed. The same seed gives the same output, byte for byte.
 
-Per-method rules of the spec: budgets (uniform/dapo/lze get every candidate,
-hive `floor(m / pool_factor)`, astral `floor(m / 2)`, or `ceil(f * m)` with
-`replay.budget_fraction=f`); DAPO makes one complete update per logged step
-(`train_batch_size = m`) and the summary counts the prompts it would have
-asked for; ASTRAL's reference set is every prompt revealed in the previous
+Per-method rules of the spec: budgets (uniform/dapo/lze/greso get every
+candidate, hive `floor(m / pool_factor)`, astral `floor(m / 2)`, or
+`ceil(f * m)` with `replay.budget_fraction=f`); DAPO, GRESO and HIVE make
+one complete update per logged step (`train_batch_size = m`; GRESO's and
+HIVE's exploration adaptation runs at its end) and the summary counts the
+prompts they would have asked for; ASTRAL's reference set is every prompt revealed in the previous
 round (when the log has embeddings) and its replay keys are counted.
 
 Choices (ours): a log's own `kept` column is kept as `logged_kept`; the
@@ -45,6 +46,7 @@ from lze_bench.selectors.base import (
     step_rng,
 )
 from lze_bench.selectors.dapo import DapoSelector
+from lze_bench.selectors.greso import GresoSelector
 from lze_bench.selectors.hive import HiveSelector
 
 SUMMARY_COLUMNS = ("step", "epoch", "candidates", "rolled_out", "kept", "zero_var_kept", "more_asked", "replayed")
@@ -145,7 +147,7 @@ def replay_log(log: RolloutLogData, selector_cfg, seed: int = 0, budget_fraction
 def replay_step(selector, log, rows, step, epoch, seed, fraction, features, reference, result) -> dict:
     candidates = log.prompt_id[rows]
     budget = replay_budget(selector, candidates.size, fraction)
-    if isinstance(selector, DapoSelector):
+    if isinstance(selector, (DapoSelector, GresoSelector, HiveSelector)):
         selector.begin_update(train_batch_size=candidates.size)  # one logged step = one complete update
     reference.before_step(step)
     features.rows = rows
@@ -160,6 +162,8 @@ def replay_step(selector, log, rows, step, epoch, seed, fraction, features, refe
     )
     selector.observe(batch)
     decision = selector.select_update(batch, step, step_rng(seed, step, TAG_SELECT_UPDATE))
+    if decision.more > 0 and isinstance(selector, (GresoSelector, HiveSelector)):
+        selector.finish_update()  # the log has no further rows: adaptation runs, counters reset
     reference.after_step(batch)
     result.rolled_out[picked] = True
     result.kept[picked] = decision.keep

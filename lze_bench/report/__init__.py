@@ -10,6 +10,7 @@ and writes `<out_root>/<name>/`:
                               policy, as a ratio to uniform on the same seed (paired.py)
     table3.md .tex .csv       training FLOPs by phase, steps, kept fraction, wall time (tables.py)
     runs.csv at_budget.csv reach.csv   per-seed numbers behind them
+    astral_predictor.csv      ASTRAL's predictor accuracy per run (predictor.py; only with astral runs)
     accuracy_vs_flops, flops_by_phase, kept_fraction, pass_rate_distribution, zero_variance  (.png + .pdf)
 
 Importing this module loads pandas/numpy only; matplotlib loads when plotting
@@ -27,6 +28,7 @@ from lze_bench.report.data import (accuracy_points, flop_budget, heldout_problem
                                    run_summary)
 from lze_bench.report.formats import budget_cells, cost_cells, latex, markdown, reach_cells, sci
 from lze_bench.report.document import report_md
+from lze_bench.report.predictor import predictor_accuracy
 from lze_bench.report.paired import ReportOptions, at_budget, reach, table_budget, table_reach
 from lze_bench.report.tables import BASELINE, cost_table
 from lze_bench.rundir import atomic_write_text
@@ -49,6 +51,7 @@ def build(sweep_dir: str | Path, options: ReportOptions | None = None) -> dict:
         "table1": table_budget(ends, budget), "reach": reached,
         "table2": table_reach(reached) if reached is not None else None,
         "table3": cost_table(summary),
+        "predictor": predictor_accuracy(runs),  # ASTRAL's predictor (predictor.py); None without astral runs
     }
 
 
@@ -126,6 +129,8 @@ def main(sweep_dir: str | Path, name: str | None = None, out_root: str | Path = 
     out.mkdir(parents=True, exist_ok=True)
     report = build(sweep_dir, options)
     texts = write_tables(report, out)
+    if report["predictor"] is not None:
+        _write_csv(out / "astral_predictor.csv", report["predictor"])
     figures = write_plots(report, out)
     atomic_write_text(out / "report.md", report_md(name, sweep_dir, report, texts, figures))
     from rich.console import Console

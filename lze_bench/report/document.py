@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from lze_bench.report.predictor import predictor_section
 from lze_bench.report.formats import sci
 from lze_bench.report.paired import heldout_standard_error
 from lze_bench.report.tables import BASELINE
@@ -89,6 +90,9 @@ def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: li
         "PPO epoch; select = extra passes a selector asked for. Held-out evals are not training compute and are "
         "not counted. Kept fraction = groups reaching the actor update / prompts rolled out.",
         "",
+    ]
+    lines += predictor_section(report.get("predictor"))
+    lines += [
         "## Figures",
         "",
     ]

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-SELECTOR_COLORS = {"uniform": "#4d4d4d", "dapo": "#1f77b4", "astral": "#ff7f0e", "hive": "#2ca02c", "lze": "#d62728"}
+SELECTOR_COLORS = {"uniform": "#4d4d4d", "dapo": "#1f77b4", "astral": "#ff7f0e", "hive": "#2ca02c", "greso": "#8c564b",
+                   "lze": "#d62728"}
 PHASES = {"flops_rollout": ("rollout", "#4c72b0"), "flops_logprob": ("log-prob", "#dd8452"),
           "flops_train": ("train", "#55a868"), "flops_select": ("select", "#c44e52")}
 SPARE_COLORS = ["#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]

@@ -25,7 +25,11 @@ Choices where the spec is open (ours):
 * the replay draw is always `rng.permutation(len(pool))[:R]` (a pool smaller
   than R is replayed whole, in that drawn order);
 * `predictor="checkpoint"` (a trained ASTRAL head) needs a backend that
-  ships one; none does yet, so it fails at construction.
+  ships one; none does yet, so it fails at construction;
+* the predictor is ours, so it is measured: `observe` compares each rolled-out
+  prompt's `p_hat` (from its round's draw) with its measured pass rate
+  (mean absolute error, Spearman's rho; `step_metrics`, ledger columns
+  `astral_pred_mae` / `astral_pred_spearman`).
 """
 
 from __future__ import annotations
@@ -37,11 +41,11 @@ import numpy as np
 from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import SELECTORS
-from lze_bench.selectors.astral_predict import dots_draw, kernel_predict
+from lze_bench.selectors.astral_predict import dots_draw, kernel_predict, prediction_accuracy
 from lze_bench.selectors.base import Selector, UpdateDecision, group_stats
 
-_ARRAYS = ("ref_ids", "y_ref", "round_ids", "buf_pid", "buf_step", "pool_pid", "pool_step", "last_p")
-_SCALARS = ("drawn_round", "round_fresh", "budget", "revealed_sum", "revealed_count")
+_ARRAYS = ("ref_ids", "y_ref", "round_ids", "buf_pid", "buf_step", "pool_pid", "pool_step", "last_p", "p_hat")
+_SCALARS = ("drawn_round", "round_fresh", "budget", "revealed_sum", "revealed_count", "pred_mae", "pred_spearman")
 
 
 @dataclass
@@ -99,6 +103,8 @@ class AstralSelector(Selector):
         self.ref_ids, self.y_ref, self.round_ids = empty, np.zeros(0), empty
         self.buf_pid, self.buf_step, self.pool_pid, self.pool_step = empty, empty, empty, empty
         self.last_p = np.full(self.num_prompts, np.nan)  # float64[N], NaN = never observed
+        self.p_hat = np.full(self.num_prompts, np.nan)  # float64[N], the last draw's prediction, NaN = none
+        self.pred_mae, self.pred_spearman = float("nan"), float("nan")  # of the last observed batch
         self.drawn_round, self.round_fresh = -1, 0
         self.budget = -1 if batch_size is None else int(batch_size)  # -1: not known yet
         self.revealed_sum, self.revealed_count = 0.0, 0
@@ -134,11 +140,13 @@ class AstralSelector(Selector):
         fresh = self.fresh_count(round_index, self.budget)
         cfg = self.config
         if candidates.size != self.num_prompts:  # restricted candidates: one draw per step
-            chosen = dots_draw(self.predict(candidates, features), min(fresh, candidates.size), cfg.alpha, cfg.tau, rng)
+            self.p_hat[candidates] = self.predict(candidates, features)
+            chosen = dots_draw(self.p_hat[candidates], min(fresh, candidates.size), cfg.alpha, cfg.tau, rng)
             return candidates[np.sort(chosen)]
         if self.drawn_round != round_index:
             count = min(cfg.mu * fresh, candidates.size)
-            drawn = candidates[dots_draw(self.predict(candidates, features), count, cfg.alpha, cfg.tau, rng)]
+            self.p_hat[candidates] = self.predict(candidates, features)
+            drawn = candidates[dots_draw(self.p_hat[candidates], count, cfg.alpha, cfg.tau, rng)]
             self.round_ids = drawn[rng.permutation(drawn.size)]
             self.drawn_round, self.round_fresh = round_index, fresh
         return self.round_ids[slot * self.round_fresh : (slot + 1) * self.round_fresh].copy()
@@ -147,6 +155,7 @@ class AstralSelector(Selector):
     def observe(self, batch):
         ids = batch.prompt_ids
         p, _ = group_stats(batch.rewards)
+        self.pred_mae, self.pred_spearman = prediction_accuracy(self.p_hat[ids], p)
         self.last_p[ids] = p
         self.revealed_sum += float(p.sum())
         self.revealed_count += int(ids.size)
@@ -166,6 +175,10 @@ class AstralSelector(Selector):
             pick = rng.permutation(self.pool_pid.size)[:count]
             replay = np.stack([self.pool_pid[pick], self.pool_step[pick]], axis=1)
         return UpdateDecision(keep=np.ones(batch.num_groups, dtype=bool), replay=replay)
+
+    def step_metrics(self) -> dict:
+        """The predictor's accuracy on this step's rolled-out prompts: p_hat of the round's draw vs measured p."""
+        return {"astral_pred_mae": self.pred_mae, "astral_pred_spearman": self.pred_spearman}
 
     def _budget(self) -> int:
         if self.budget < 0:

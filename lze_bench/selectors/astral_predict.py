@@ -53,7 +53,7 @@ def recalibrate(base_ref: np.ndarray, y_ref: np.ndarray) -> tuple[float, float]:
     y_ref = np.asarray(y_ref, dtype=np.float64)
     centered = base_ref - base_ref.mean()
     variance = float(np.dot(centered, centered))
-    if variance == 0.0:
+    if variance == 0.0 or float(np.ptp(base_ref)) == 0.0:  # a constant base (its float mean may not be exact)
         return 0.0, float(y_ref.mean())
     slope = float(np.dot(centered, y_ref - y_ref.mean())) / variance
     return slope, float(y_ref.mean() - slope * base_ref.mean())
@@ -74,3 +74,32 @@ def dots_draw(p_hat: np.ndarray, count: int, alpha: float, tau: float, rng: np.r
     """
     logits = -np.abs(np.asarray(p_hat, dtype=np.float64) - alpha) / tau
     return top_k(logits + rng.gumbel(size=logits.size), count)
+
+
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """float64[m]: 0-based ranks, ties sharing their mean rank (what Spearman's rho ranks)."""
+    _, inverse, counts = np.unique(np.asarray(values, dtype=np.float64), return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)
+    return ((ends - counts + ends - 1) / 2.0)[inverse]
+
+
+def prediction_accuracy(predicted: np.ndarray, measured: np.ndarray) -> tuple[float, float]:
+    """(mean absolute error, Spearman's rho) of predicted vs measured pass rates over the finite predictions.
+
+    NaN when nothing was predicted; rho is NaN with fewer than 2 points or a
+    constant side (no ranking to compare).
+    """
+    predicted = np.asarray(predicted, dtype=np.float64)
+    measured = np.asarray(measured, dtype=np.float64)
+    known = np.isfinite(predicted)
+    if not known.any():
+        return float("nan"), float("nan")
+    predicted, measured = predicted[known], measured[known]
+    mae = float(np.abs(predicted - measured).mean())
+    if predicted.size < 2:
+        return mae, float("nan")
+    a, b = average_ranks(predicted), average_ranks(measured)
+    a -= a.mean()
+    b -= b.mean()
+    denom = float(np.sqrt(np.dot(a, a) * np.dot(b, b)))
+    return mae, (float(np.dot(a, b)) / denom if denom > 0 else float("nan"))

@@ -30,6 +30,9 @@ TAG_PROBE = 3
 
 EXTRA_FIELDS = ("response_entropy", "prompt_entropy", "prompt_embedding")
 
+# per-step diagnostics a selector may report (`step_metrics`); backends write every one, NaN when absent
+STEP_METRICS = ("astral_pred_mae", "astral_pred_spearman")
+
 # FeatureFn(name, ids) -> array: lazily computes an extra ("prompt_entropy" ->
 # float[m], "prompt_embedding" -> float[m, d]) for candidate ids; the backend
 # charges its FLOPs to the ledger as flops_select. It may return None for an
@@ -195,6 +198,9 @@ class Selector:
     name: ClassVar[str] = "base"
     requires: ClassVar[tuple[str, ...]] = ()
     candidate_mode: ClassVar[str] = "stream"  # "stream" | "full"
+    # True for selectors whose rounds may roll out nothing yet must go on (greso, hive):
+    # the backend then calls observe / select_update on the empty batch instead of ending the step
+    samples_in_rounds: ClassVar[bool] = False
 
     def __init__(self, config=None, *, num_prompts: int, batch_size: int | None = None):
         if int(num_prompts) <= 0:
@@ -225,17 +231,30 @@ class Selector:
     def candidates_per_step(self, budget: int) -> int:
         """How many candidates the backend offers `select_rollout` per step for `budget` = B prompts per update.
 
-        HIVE: ceil(pool_factor * B); DAPO: gen_batch_size (one generation round).
+        HIVE: ceil(pool_factor * R); DAPO: gen_batch_size (one generation round); GRESO: S.
         """
         return int(budget)
+
+    def round_candidates(self, more: int) -> int:
+        """How many candidates the backend offers in a round r >= 1 whose budget is `more`.
+
+        `more` for every selector but HIVE, which offers ceil(pool_factor * more)
+        (selectors.md §4: each round passes `pool_factor x budget` candidates).
+        """
+        return int(more)
 
     def rollout_budget(self, budget: int) -> int:
         """The `budget` to pass to `select_rollout` on a step's first round, for B prompts per update.
 
-        B for every selector but DAPO, which rolls out a whole generation round
-        (gen_batch_size, selectors.md §2). Later DAPO rounds pass `more`.
+        B for every selector but those that sample in rounds: DAPO's
+        gen_batch_size (selectors.md §2), HIVE's R (§4), GRESO's S (§6).
+        Later rounds pass `more`.
         """
         return int(budget)
+
+    def step_metrics(self) -> dict:
+        """Diagnostics of the last step, keys from STEP_METRICS (ASTRAL: its predictor's accuracy)."""
+        return {}
 
     def state_dict(self) -> dict:
         return {}

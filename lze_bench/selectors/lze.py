@@ -26,6 +26,11 @@ Choices where the spec is open (ours):
   after this step's update, sampled without replacement by Gumbel-top-k
   (`rng.gumbel(size=G)`), same `k` schedule, dead groups never kept.
 * `select_update` on a batch `observe` has not seen is an error.
+* `align_minibatch` (default off, spec §5 "Authors' trainer alignment"):
+  the mini-batch is the key `align_mini_batch_prompts`, default `floor(B / 4)`
+  (both public launchers: 256 of 1024, 64 of 256), because the local
+  backend has no PPO mini-batches (one optimizer step per update);
+  `align_mask` says which kept responses train; `keep` is unchanged.
 
 Speed (goal: < 50 ms per step at 10^6 prompts; every decision, the rng
 stream and the state bit-identical to the straightforward formulas):
@@ -40,6 +45,7 @@ the float64 energies and keys still decide every group near the threshold).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -84,6 +90,8 @@ class LzeConfig:
     anchor: str = "first_seen"  # code: d_init frozen at first observation; "init_probe" = one pass at init (ours)
     variant: str = "code"  # "card": third-party summary card's softmax variant (ours, never the default)
     tau: float = 0.2  # card variant only: softmax temperature (card: tau in [0.1, 0.3])
+    align_minibatch: bool = False  # authors' trainer trims kept responses to whole PPO mini-batches (ray_trainer.py)
+    align_mini_batch_prompts: Optional[int] = None  # null = floor(B / 4) (launchers: 256 of 1024, 64 of 256)
 
     def __post_init__(self):
         require(0 < self.keep_ratio <= 1, "selector.keep_ratio", f"must be in (0, 1], got {self.keep_ratio}")
@@ -100,6 +108,8 @@ class LzeConfig:
         require(self.anchor in ("first_seen", "init_probe"), "selector.anchor", "use 'first_seen' or 'init_probe'")
         require(self.variant in ("code", "card"), "selector.variant", "use 'code' or 'card'")
         require(self.tau > 0, "selector.tau", f"must be > 0, got {self.tau}")
+        require(self.align_mini_batch_prompts is None or self.align_mini_batch_prompts > 0,
+                "selector.align_mini_batch_prompts", f"must be > 0 or null, got {self.align_mini_batch_prompts}")
 
 
 @dataclass
@@ -202,6 +212,30 @@ class LzeSelector(Selector):
         keep = np.zeros(groups, dtype=bool)
         keep[positive] = chosen
         return UpdateDecision(keep=np.logical_and(keep, alive, out=keep))
+
+    # --- authors' trainer alignment ---------------------------------------------
+    def align_mask(self, kept_groups: int, n: int, total_responses: int, rng) -> np.ndarray | None:
+        """bool[kept_groups, n]: the kept responses the authors' trainer would train, or None (nothing cut).
+
+        Spec §5 "Authors' trainer alignment": with `keep_ratio < 1` and `K_raw =
+        kept_groups * n` neither 0 nor `total_responses`, `unit = mini-batch
+        prompts * n`, `K = floor(K_raw / unit) * unit` (or `min(unit, K_raw)` if
+        that is 0); if `K < K_raw`, a uniform random `K` of the kept responses
+        (`rng.permutation(K_raw)[:K]`), in original order. The backend passes
+        `rng = default_rng([seed, step, 1, 99])` and trains only these.
+        """
+        cfg = self.config
+        raw = int(kept_groups) * int(n)
+        if not cfg.align_minibatch or cfg.keep_ratio >= 1 or raw == 0 or raw == int(total_responses):
+            return None
+        prompts = cfg.align_mini_batch_prompts or max(1, (self.batch_size or 0) // 4)
+        unit = int(prompts) * int(n)
+        count = (raw // unit) * unit or min(unit, raw)
+        if count >= raw:
+            return None
+        mask = np.zeros(raw, dtype=bool)
+        mask[np.sort(rng.permutation(raw)[:count])] = True
+        return mask.reshape(int(kept_groups), int(n))
 
     # --- state ---------------------------------------------------------------
     def state_dict(self) -> dict:

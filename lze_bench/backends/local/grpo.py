@@ -55,6 +55,7 @@ class Group:
     behaviour_logprobs: list  # n x float32[R]  log mu
     rewards: np.ndarray  # float32[n]
     replayed: bool = False
+    train_mask: np.ndarray | None = None  # bool[n]: responses trained (None = all); advantages use all n
 
 
 @dataclass
@@ -83,7 +84,10 @@ def _flatten(groups: list[Group], scale: bool):
     seqs, plens, advs, mus, replayed = [], [], [], [], []
     for group in groups:
         adv = group_advantages(group.rewards, scale)
-        for response, mu, a in zip(group.responses, group.behaviour_logprobs, adv):
+        trained = np.ones(len(adv), dtype=bool) if group.train_mask is None else group.train_mask
+        for response, mu, a, train in zip(group.responses, group.behaviour_logprobs, adv, trained):
+            if not train:  # cut after the advantages, as the authors' trainer does (selectors.md §5)
+                continue
             seqs.append(np.concatenate([np.asarray(group.prompt, dtype=np.int64), np.asarray(response, dtype=np.int64)]))
             plens.append(len(group.prompt))
             advs.append(float(a))

@@ -12,21 +12,30 @@ what an unbroken one would.
 Choices where the specs are silent:
 - the first round offers `data.candidates_per_step`, else the selector's
   `candidates_per_step(B)`, with budget `rollout_budget(B)`; a later round
-  offers the next `more` ids of the stream with budget `more`;
+  offers the next `round_candidates(more)` ids of the stream (`more`, HIVE:
+  `pool_factor x more`) with budget `more`;
 - a round in which the selector rolls out nothing ends the step (no observe /
-  select_update on an empty batch); a step that keeps nothing makes no update
-  but still gets its ledger row;
+  select_update on an empty batch), except for selectors that sample in
+  rounds (`samples_in_rounds`: greso, hive), whose skip rules can empty a
+  round: they see the empty batch and say how many more to examine; a step
+  that keeps nothing makes no update but still gets its ledger row;
 - when the backend cap (`max_gen_rounds`) stops a selector that still wants
   more, the step updates on what it kept and the row's `partial` is true;
 - probe rollouts count in `prompts_probed`, `samples`, the token columns and
   `flops_rollout`, not in `reward_mean` / `zero_variance_frac` (fresh groups
   only), and are not written to the rollout log (they are not candidates);
 - replay keys are resolved before this step's groups enter the store, so a
-  prompt rolled out again this step can still replay its older group.
+  prompt rolled out again this step can still replay its older group;
+- `selector.align_minibatch=true` (lze): the kept groups' responses are cut
+  to the selector's `align_mask` after the advantages (authors' trainer,
+  selectors.md §5); `groups_kept` stays the selector's choice,
+  `responses_kept` / `responses_trained` and the trained tokens and FLOPs
+  book what was trained.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -37,9 +46,11 @@ from lze_bench.backends.local.rollout import generate
 from lze_bench.errors import LzeBenchError
 from lze_bench.ledger import zero_variance_fraction
 from lze_bench.selectors import RolloutBatch, UpdateDecision, step_rng
-from lze_bench.selectors.base import TAG_BEGIN_EPOCH, TAG_PROBE, TAG_SELECT_ROLLOUT, TAG_SELECT_UPDATE
+from lze_bench.selectors.base import (STEP_METRICS, TAG_BEGIN_EPOCH, TAG_PROBE, TAG_SELECT_ROLLOUT,
+                                     TAG_SELECT_UPDATE)
 
 KIND_TRAIN, KIND_PROBE = 0, 1
+ALIGN_ROUND = 99  # rng [seed, step, 1, 99] of LZE's mini-batch alignment (selectors.md §5)
 
 
 @dataclass
@@ -148,6 +159,22 @@ class StepRunner:
             self.stream.advance(ids.size)
         return ids
 
+    def _align(self, kept: list, step: int, rolled_out: int) -> list:
+        """The kept groups with the responses an `align_mask` selector (lze) leaves for training."""
+        align = getattr(self.selector, "align_mask", None)
+        n = self.trainer.n_samples
+        mask = None if align is None else align(len(kept), n, rolled_out * n,
+                                                step_rng(self.seed, step, TAG_SELECT_UPDATE, ALIGN_ROUND))
+        if mask is None:
+            return kept
+        return [dataclasses.replace(group, train_mask=row) for group, row in zip(kept, mask) if row.any()]
+
+    def _empty_batch(self, step: int) -> RolloutBatch:
+        n = self.trainer.n_samples
+        return RolloutBatch(prompt_ids=np.zeros(0, dtype=np.int64), rewards=np.zeros((0, n), dtype=np.float32),
+                            step=step, response_tokens=np.zeros((0, n), dtype=np.int32),
+                            prompt_tokens=np.zeros(0, dtype=np.int32), response_entropy=np.zeros((0, n)))
+
     # --- the step ------------------------------------------------------------------
     def run(self, step: int):
         start = time.perf_counter()
@@ -159,9 +186,10 @@ class StepRunner:
             candidates = self._candidates(count)
             counters.considered += candidates.size
             ids = self._select(candidates, budget, step, round_index, counters)
-            if ids.size == 0:
+            if ids.size == 0 and not self.selector.samples_in_rounds:
                 break
-            groups, batch = self.rollout(ids, step, KIND_TRAIN, round_index, counters)
+            groups, batch = (self.rollout(ids, step, KIND_TRAIN, round_index, counters) if ids.size
+                             else ([], self._empty_batch(step)))
             counters.rolled_out += ids.size
             counters.rewards.append(batch.rewards)
             self._timed(counters, self.selector.observe, batch)
@@ -182,12 +210,14 @@ class StepRunner:
             if round_index + 1 >= self.cfg.backend.max_gen_rounds:
                 partial = True
                 break
-            count = budget = int(decision.more)
+            budget = int(decision.more)
+            count = self.selector.round_candidates(budget)
             round_index += 1
         replayed = [self.store.get(pid, gen_step) for pid, gen_step in dict.fromkeys(replay_keys)]
         for group, _ in fresh:
             self.store.put(group)
-        kept = [group for group, keep in fresh if keep]
+        selected = [group for group, keep in fresh if keep]
+        kept = self._align(selected, step, counters.rolled_out)
         train_groups = kept + [Group(g.prompt_id, g.gen_step, g.prompt, g.responses, g.behaviour_logprobs,
                                      g.rewards, replayed=True) for g in replayed]
         warmup = self.cfg.backend.lr_warmup_steps
@@ -203,7 +233,7 @@ class StepRunner:
         row = {
             "step": step, "epoch": epoch, "prompts_considered": counters.considered,
             "prompts_rolled_out": counters.rolled_out, "prompts_probed": counters.probed,
-            "groups_kept": len(kept), "groups_replayed": len(replayed), "gen_rounds": round_index + 1,
+            "groups_kept": len(selected), "groups_replayed": len(replayed), "gen_rounds": round_index + 1,
             "samples": counters.samples, "prompt_tokens": counters.prompt_tokens,
             "generated_tokens": counters.generated_tokens, "trained_tokens": stats.trained_tokens,
             "flops_rollout": counters.flops_rollout, "flops_logprob": stats.flops_logprob,
@@ -214,6 +244,10 @@ class StepRunner:
             "zero_variance_frac": zero_variance_fraction(rewards),
             "kept_zero_variance": sum(zero_var(g.rewards) for g in train_groups),
             "partial": bool(partial),
+            **{name: float("nan") for name in STEP_METRICS}, **self.selector.step_metrics(),
+            "responses_kept": len(selected) * self.trainer.n_samples,
+            "responses_trained": sum(self.trainer.n_samples if g.train_mask is None else int(g.train_mask.sum())
+                                     for g in kept),
             # extras (not in LEDGER_COLUMNS): diagnostics of the update
             "lr": self.optimizer.param_groups[0]["lr"], "loss": stats.loss, "kl": stats.kl, "clip_frac": stats.clip_frac, "grad_norm": stats.grad_norm,
             "seq_len_mean": float(np.mean(stats.lengths)) if stats.lengths else float("nan"),

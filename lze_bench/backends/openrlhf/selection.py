@@ -14,7 +14,8 @@ Choices where the specs are silent (ours):
   selectors are all ids every round.
 * Round sizes: round 0 offers `data.candidates_per_step` (else the selector's
   `candidates_per_step(B)`) candidates with budget `rollout_budget(B)`; a later
-  round offers `decision.more` candidates with that budget when the selector
+  round offers `round_candidates(decision.more)` candidates (HIVE: `pool_factor`
+  times more) with budget `more` when the selector
   asked for more (DAPO), else a fresh round like round 0 (a selector that keeps
   fewer groups than the batch, e.g. LZE). A decision flagged `partial` (the
   selector's own generation cap) ends the rounds.
@@ -119,7 +120,7 @@ class StepDriver:
         more = 0
         while len(kept) < self.batch_size and record.gen_rounds < self.max_rounds:
             budget = more if more > 0 else self.first_budget
-            count = more if more > 0 else self.candidates_per_step
+            count = self.selector.round_candidates(more) if more > 0 else self.candidates_per_step
             more = self._round(record, rollout, kept, budget, count)
             if record.partial:  # the selector's own cap: no further rounds this step
                 break

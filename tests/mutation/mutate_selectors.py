@@ -1,0 +1,304 @@
+"""Single-line mutation check of the selector rules (run by hand, not part of `pytest`).
+
+    python3 tests/mutation/mutate_selectors.py [--files lze.py,greso.py] [--json out.json] [--jobs 2]
+    python3 tests/mutation/mutate_selectors.py --rerun out.json     # only the survivors of an earlier run
+
+For every selector module (lze_bench/selectors/*.py but the speed kernels
+`stats.py` and `topk.py`, which tests/test_selector_kernels.py checks against
+the plain formulas), each token that carries a rule is mutated alone, one
+mutant per token: comparison swaps (`<` `<=` `>` `>=` `==` `!=`), arithmetic
+swaps (`+` `-`, `*` `/`, `//` `/`), `max` / `min` (and the `np.` forms),
+`floor` / `ceil`, `and` / `or`, `True` / `False`, a removed `abs` / `not`,
+numeric constants (0 -> 1, 1 -> 0 and 2, k -> k + 1, x -> 2x for floats) and
+the `on_exhaust` default. Skipped lines, which hold no spec rule: docstrings
+and comments (never tokens of code), imports, `def`/`class` lines, config
+validation (`require(...)`), error messages (`raise ...` and f-strings) and
+type annotations.
+
+Each mutant is written into a private copy of the checkout (the working tree
+is never touched) and the selector tests run against it, fastest first, with
+`-x -q -p no:cacheprovider`, in a child forked from a process that has
+already imported the heavy dependencies; property tests are capped at
+HYPOTHESIS_EXAMPLES derandomized examples (speed, and the same verdict on
+every run). A mutant that no test fails *survives*. The
+report lists every survivor with its line; a survivor is either a missing
+test (add one) or an equivalent mutant (the same behaviour; give the reason
+in EQUIVALENT below, keyed by file and the mutated line's text).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import shutil
+import sys
+import tempfile
+import time
+import tokenize
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SELECTORS = REPO / "lze_bench" / "selectors"
+SKIP_FILES = {"__init__.py", "stats.py", "topk.py"}
+TESTS = ["tests/test_selectors_spec.py", "tests/test_selectors.py", "tests/test_selector_contracts.py",
+         "tests/test_replay.py"]
+
+HYPOTHESIS_EXAMPLES = 15  # per property test and mutant; the default suite runs the full numbers
+DESELECT = ["tests/test_selectors.py::test_bench_selectors_measures_every_selector"]  # a timing command, not a rule
+SWAPS = {
+    "<": ["<="], "<=": ["<"], ">": [">="], ">=": [">"], "==": ["!="], "!=": ["=="],
+    "+": ["-"], "-": ["+"], "*": ["/"], "/": ["*"], "//": ["/"], "**": ["*"],
+    "max": ["min"], "min": ["max"], "maximum": ["minimum"], "minimum": ["maximum"],
+    "floor": ["ceil"], "ceil": ["floor"], "and": ["or"], "or": ["and"], "True": ["False"], "False": ["True"],
+    "abs": [""], "not": [""], '"partial"': ['"error"'],
+}
+SKIP_LINE_STARTS = ("import ", "from ", "def ", "class ", "@", "raise ", "require(", "return f\"", "#")
+
+# (file, stripped original line, mutation) -> why that mutant behaves exactly like the original
+EQUIVALENT = {
+    ("greso_state.py", "keep = np.where(easy > 0, np.maximum(self.p_easy ** easy.astype(np.float64), floor), keep)",
+     "> -> >="): "easy_run == 0 then gives max(p_easy ** 0, floor) = 1, the default keep probability",
+}
+
+
+# (substring of the line, mutation) -> reason, for every file
+EQUIVALENT_PATTERNS = {
+    ("if weight == 0.0 or 2.0**-600 <= weight <= 2.0**600:", "*"):
+        "guard of an exact fast path: both branches give the same energy bits (lze_state.energy_and_ema)",
+    ("where = np.flatnonzero(self.d_init[ids] < 0)", "< -> <="):
+        "first_sight only ever gets unanchored prompts (observe filters d_init < 0; the init probe runs first)",
+    ("if ids.size and not d_init.min() >= 0:", ">= -> >"): "the branch itself re-filters with d_init < 0",
+    ("first = np.flatnonzero(d_init < 0)", "< -> <="):
+        "first_sight skips d_init == 0 itself, and the reloaded d_init / ema are unchanged",
+    ("BLOCK = 1 << 16", "*"): "block size of a blocked loop: every block computes the same values",
+    ("SOLVED = 1.0 - 1e-8", "1e-8 -> 2e-08"): "pass rates are multiples of 1/n: no p lies in [1 - 2e-8, 1 - 1e-8) for n < 5e7",
+    ("(self.batch_size or 0) // 4)", "// -> /"): "int() of a positive quotient is its floor; max(1, x < 1) is 1",
+    ("(self.batch_size or 0) // 4)", "0 -> 1"): "without a batch size, 0 // 4 and 1 // 4 are both 0: max(1, .) = 1",
+    ("or raw == 0 or raw == int(total_responses)", "0 -> 1"):
+        "raw = 0 gives count 0 >= raw (no cut) anyway; raw = 1 is always one whole unit",
+    ("count = (raw // unit) * unit or min(unit, raw)", "min -> max"):
+        "that branch runs only when raw < unit, where min and max both give count >= raw: nothing is cut",
+    ("reshape(-1)", "1 -> 2"): "numpy reads any negative size as 'infer': reshape(-2) is reshape(-1)",
+    ("~(draws < ", "< -> <="): "a uniform draw equals the skip probability with probability 0 (2^-53 per draw)",
+    ("int(rewards.view(np.uint32).max()) <= 0x3F800000", "<= -> <"):
+        "a maximum of exactly 1.0 then takes the exact range check, which accepts it too",
+    ("k = max(max(1, int(np.floor(groups * ratio))), max(1, int(np.floor(groups * ratio_min))))", "1 -> 0"):
+        "the other inner max(1, ...) still keeps k >= 1",
+    ("if np.count_nonzero(passed) > budget:", "> -> >="):
+        "with exactly `budget` passing, the top-`budget` cap picks the same prompts",
+}
+
+
+def equivalent_reason(name: str, code: str, what: str) -> str | None:
+    if (name, code, what) in EQUIVALENT:
+        return EQUIVALENT[(name, code, what)]
+    return next((why for (part, mutation), why in EQUIVALENT_PATTERNS.items()
+                 if part in code and mutation in (what, "*")), None)
+
+
+def mutants(path: Path):
+    """(line number, original line, mutated line, description) for every single-token mutation of `path`."""
+    text = path.read_text()
+    lines = text.splitlines(keepends=True)
+    tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    depth = 0  # bracket depth, to tell an annotation colon from a slice / dict colon
+    skip_rows = set()
+    for index, tok in enumerate(tokens):  # rows of a multi-line `require(...)` / `raise ...` call
+        if tok.start[0] <= len(lines) and tok.type == tokenize.NAME and tok.string in ("require", "raise") and tok.start[1] == len(
+                lines[tok.start[0] - 1]) - len(lines[tok.start[0] - 1].lstrip()):
+            level, end = 0, tok.start[0]
+            for later in tokens[index + 1:]:
+                if later.string in "([{" and later.type == tokenize.OP:
+                    level += 1
+                elif later.string in ")]}" and later.type == tokenize.OP:
+                    level -= 1
+                end = later.end[0]
+                if level == 0 and later.type in (tokenize.NEWLINE, tokenize.NL):
+                    break
+            skip_rows.update(range(tok.start[0], end + 1))
+    for tok in tokens:
+        row, col = tok.start
+        if row > len(lines):
+            continue
+        line = lines[row - 1]
+        stripped = line.strip()
+        if tok.type == tokenize.OP and tok.string in "([{":
+            depth += 1
+        elif tok.type == tokenize.OP and tok.string in ")]}":
+            depth -= 1
+        if row in skip_rows or stripped.startswith(SKIP_LINE_STARTS) or tok.start[0] != tok.end[0]:
+            continue
+        if tok.type == tokenize.STRING and tok.string != '"partial"':
+            continue
+        if ":" in stripped and stripped.split(":")[0].strip().isidentifier() and depth == 0 and "=" in stripped \
+                and tok.type == tokenize.NAME and tok.string not in ("True", "False"):
+            continue  # `name: type = default` annotations (the default's constants are still mutated)
+        replacements = []
+        if tok.string in SWAPS and tok.type in (tokenize.OP, tokenize.NAME, tokenize.STRING):
+            replacements = SWAPS[tok.string]
+        elif tok.type == tokenize.NUMBER:
+            replacements = number_mutations(tok.string)
+        for new in replacements:
+            mutated = line[:col] + new + line[tok.end[1]:]
+            if new == "" and tok.string == "not":
+                mutated = line[:col] + line[tok.end[1]:].lstrip()
+            yield row, line, mutated, f"{tok.string!s} -> {new or '(removed)'}"
+
+
+def number_mutations(text: str) -> list[str]:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        value = float(text)
+        return [repr(value * 2) if value else "1.0"]
+    if value == 0:
+        return ["1"]
+    if value == 1:
+        return ["0", "2"]
+    return [str(value + 1)]
+
+
+def preload() -> None:
+    """Import the heavy third-party modules once; each mutant's test run forks from here (lze_bench is not
+    imported in the parent, so every child imports the mutated code)."""
+    import hypothesis  # noqa: F401
+    import numpy  # noqa: F401
+    import omegaconf  # noqa: F401
+    import pandas  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+    import pytest  # noqa: F401
+    import rich.console  # noqa: F401
+    import typer  # noqa: F401
+    from hydra import compose  # noqa: F401
+
+
+def cap_hypothesis() -> None:
+    """At most HYPOTHESIS_EXAMPLES derandomized examples per property test (speed; the same verdict each run)."""
+    import hypothesis
+
+    original = hypothesis.settings.__init__
+
+    def capped(self, parent=None, **kwargs):
+        kwargs["max_examples"] = min(kwargs.get("max_examples", HYPOTHESIS_EXAMPLES), HYPOTHESIS_EXAMPLES)
+        kwargs["derandomize"] = True
+        kwargs.pop("database", None)
+        original(self, parent, database=None, **kwargs)
+
+    hypothesis.settings.__init__ = capped
+    hypothesis.settings.register_profile("mutation", max_examples=HYPOTHESIS_EXAMPLES, derandomize=True,
+                                         database=None)
+    hypothesis.settings.load_profile("mutation")
+
+
+def run_tests(root: Path) -> int:
+    """pytest's exit code for the selector tests of the copy at `root`, in a forked child."""
+    import os
+
+    pid = os.fork()
+    if pid == 0:  # child: quiet, the copy first on sys.path, run, exit without cleanup
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            os.chdir(root)
+            sys.path.insert(0, str(root))
+            os.environ["PYTHONPATH"] = str(root)
+            sys.dont_write_bytecode = True
+            cap_hypothesis()
+            import pytest
+
+            code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "--no-header", *TESTS,
+                                *(f"--deselect={t}" for t in DESELECT)])
+        except BaseException:  # noqa: BLE001  (any crash counts as a failing test run)
+            code = 99
+        os._exit(int(code))
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def run_mutant(root: Path, rel: str, row: int, mutated: str, original: list[str]) -> bool:
+    """True if some selector test fails on the mutant (killed)."""
+    lines = list(original)
+    lines[row - 1] = mutated
+    target = root / rel
+    target.write_text("".join(lines))
+    try:
+        return run_tests(root) != 0
+    finally:
+        target.write_text("".join(original))
+
+
+def copy_checkout(dest: Path) -> Path:
+    for name in ("lze_bench", "tests", "sweeps", "evals", "pyproject.toml", "README.md"):
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        elif src.exists():
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", default="", help="comma-separated selector files (default: all but kernels)")
+    parser.add_argument("--json", default=None, help="write the full result here")
+    parser.add_argument("--jobs", type=int, default=1, help="mutants run at once (each in its own copy)")
+    parser.add_argument("--list", action="store_true", help="only list the mutants")
+    parser.add_argument("--rerun", default=None,
+                        help="a previous --json result: run only its survivors (matched by file, code, mutation; "
+                             "its equivalent mutants are not run again)")
+    args = parser.parse_args()
+    files = [SELECTORS / f for f in args.files.split(",") if f] or sorted(
+        p for p in SELECTORS.glob("*.py") if p.name not in SKIP_FILES)
+    work = [(path, *m) for path in files for m in mutants(path)]
+    if args.rerun:
+        previous = json.loads(Path(args.rerun).read_text())["mutants"]
+        wanted = {(r["file"], r["code"], r["mutation"]) for r in previous if r["status"] == "survived"}
+        work = [w for w in work if (w[0].name, w[2].strip(), w[4]) in wanted]
+    if args.list:
+        for path, row, line, _, what in work:
+            print(f"{path.name}:{row}: {what}: {line.strip()}")
+        print(f"{len(work)} mutants")
+        return 0
+    started = time.time()
+    preload()
+    roots = [copy_checkout(Path(tempfile.mkdtemp(prefix="lze-mutant-"))) for _ in range(max(1, args.jobs))]
+    results = []
+
+    def one(item):
+        index, (path, row, line, mutated, what) = item
+        root = roots[index % len(roots)]
+        rel = str(path.relative_to(REPO))
+        killed = run_mutant(root, rel, row, mutated, (root / rel).read_text().splitlines(keepends=True))
+        reason = equivalent_reason(path.name, line.strip(), what)
+        status = "killed" if killed else ("equivalent" if reason else "survived")
+        print(f"[{index + 1}/{len(work)}] {status:10s} {path.name}:{row}: {what}: {line.strip()}", flush=True)
+        return {"file": path.name, "line": row, "mutation": what, "code": line.strip(), "status": status,
+                "reason": reason}
+
+    try:
+        if len(roots) == 1:
+            results = [one(item) for item in enumerate(work)]
+        else:  # one worker per copy: mutant i always runs in copy i % jobs
+            with ThreadPoolExecutor(len(roots)) as pool:
+                chunks = [[item for item in enumerate(work) if item[0] % len(roots) == k] for k in range(len(roots))]
+                results = [r for chunk in pool.map(lambda c: [one(i) for i in c], chunks) for r in chunk]
+    finally:
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)
+    counts = {s: sum(r["status"] == s for r in results) for s in ("killed", "equivalent", "survived")}
+    print(f"\n{len(results)} mutants in {time.time() - started:.0f} s: {counts['killed']} killed, "
+          f"{counts['equivalent']} equivalent, {counts['survived']} survived")
+    for r in results:
+        if r["status"] != "killed":
+            print(f"  {r['status']}: {r['file']}:{r['line']}: {r['mutation']}: {r['code']}"
+                  + (f"  ({r['reason']})" if r["reason"] else ""))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"counts": counts, "mutants": results}, indent=1))
+    return 1 if counts["survived"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
