@@ -29,15 +29,19 @@ def wheel_venv(tmp_path_factory) -> Path:
     return env_dir
 
 
+def clean_env() -> dict:
+    """This process's environment without what would put a checkout before the wheel."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LZE_BENCH_RECIPES")}
+
+
 def run_cli(env_dir: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LZE_BENCH_RECIPES")}
-    return subprocess.run([str(env_dir / "bin" / "lze-bench"), *args], cwd=cwd, env=env,
+    return subprocess.run([str(env_dir / "bin" / "lze-bench"), *args], cwd=cwd, env=clean_env(),
                           capture_output=True, text=True, timeout=300)
 
 
 def test_wheel_finds_builtin_and_local_recipes(wheel_venv, tmp_path):
     where = subprocess.run([str(wheel_venv / "bin" / "python"), "-c", "import lze_bench; print(lze_bench.__file__)"],
-                           cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+                           cwd=tmp_path, env=clean_env(), capture_output=True, text=True, check=True).stdout
     assert str(wheel_venv) in where and str(REPO) not in where  # the wheel, not the checkout
     sweep = run_cli(wheel_venv, tmp_path, "sweep", "sweep=quickstart", "--dry-run")
     assert sweep.returncode == 0, sweep.stderr + sweep.stdout
