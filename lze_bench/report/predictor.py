@@ -47,7 +47,7 @@ def predictor_cells(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     def fmt(value: float) -> str:
         return "–" if not math.isfinite(value) else f"{value:.3f}"
 
-    header = ["selector", "seeds", "steps measured", "MAE |p̂ − p|", "Spearman ρ", "MAE first step", "MAE last step"]
+    header = ["selector", "seeds", "steps measured", "MAE of p̂", "Spearman ρ", "MAE first step", "MAE last step"]
     body = []
     for label, group in frame.groupby("label", sort=False):
         body.append([label, str(len(group)), str(int(group["steps"].sum())), fmt(group["mae"].mean()),
