@@ -807,3 +807,92 @@ def test_astral_buffer_cap_floors_the_fresh_share():
         ids = np.arange(4) + 4 * step
         sel.observe(batch(ids, np.ones((4, 4)), step))
     assert sel.buf_pid.tolist() == [3, 4, 5, 6, 7, 8, 9, 10, 11]  # newest 5 of 8, then this step's 4
+
+
+def test_astral_run_starting_at_a_later_round_draws_that_round():
+    """A run that starts (or resumes) at step k*mu, k >= 1, draws round k on its first call: floor(sigma * B) ids."""
+    sel = make("astral", 8, 4, mu=2, sigma=0.5)
+    no_embeddings = lambda name, ids: None  # noqa: E731
+    first = sel.select_rollout(np.arange(8), 4, 2, step_rng(0, 2, 0), no_embeddings)
+    second = sel.select_rollout(np.arange(8), 4, 3, step_rng(0, 3, 0), no_embeddings)
+    assert first.size == second.size == 2  # B_fresh = floor(0.5 * 4) in round 1
+    assert len(set(first.tolist()) | set(second.tolist())) == 4  # two slices of one draw without replacement
+
+
+def test_astral_budget_zero_rolls_out_and_replays_nothing():
+    sel = make("astral", 8, 4, mu=1, sigma=0.5)
+    for step in range(2):
+        assert sel.select_rollout(np.arange(8), 0, step, step_rng(0, step, 0), lambda name, ids: None).size == 0
+        group = batch(np.zeros(0, dtype=np.int64), np.zeros((0, 4)), step)
+        sel.observe(group)
+        decision = sel.select_update(group, step, step_rng(0, step, 1))
+        assert decision.replay.shape == (0, 2)  # R = floor(0.5 * 0) = 0, keys int64[R, 2]
+
+
+def test_astral_round_zero_replay_keys_are_an_empty_r_by_2_array():
+    sel = make("astral", 8, 2, mu=2)
+    group = batch([0, 1], np.ones((2, 4)), 0)
+    sel.observe(group)
+    replay = sel.select_update(group, 0, step_rng(0, 0, 1)).replay
+    assert replay.shape == (0, 2) and replay.dtype == np.int64
+
+
+@pytest.mark.parametrize("buffer_size", [2, 1])
+def test_astral_buffer_is_cleared_when_the_cap_is_not_positive(buffer_size):
+    """cap' = buffer_size - floor(0.5 * 4) <= 0: step 2 of §3 "Replay buffer" clears, then this step's groups go in."""
+    sel = make("astral", 20, 4, mu=1, sigma=0.5, buffer_size=buffer_size)
+    for step in range(3):
+        ids = np.arange(4) + 4 * step
+        sel.observe(batch(ids, np.ones((4, 4)), step))
+        assert sel.buf_pid.tolist() == ids.tolist()
+        assert sel.buf_step.tolist() == [step] * 4
+
+
+def test_astral_budget_unknown_without_batch_size_until_select_rollout():
+    from lze_bench.errors import LzeBenchError
+
+    sel = make("astral", 8, None)
+    with pytest.raises(LzeBenchError, match="budget unknown"):
+        sel.observe(batch([0, 1], np.ones((2, 4)), 0))
+    sel.select_rollout(np.arange(8), 2, 0, step_rng(0, 0, 0), lambda name, ids: None)
+    sel.observe(batch([0, 1], np.ones((2, 4)), 0))  # the budget is known now
+
+
+def test_astral_kernel_zero_embedding_has_similarity_zero():
+    """A zero embedding stays zero (ours): cosine 0 to every reference prompt, uniform weights, base = mean(y_ref)."""
+    emb = np.vstack([A2_EMB, [0.0, 0.0]])
+    base, p_hat = kernel_predict(emb, A2_EMB[[0, 1, 2]], np.array([0.9, 0.1, 0.5]), 0.1)
+    assert r4(base) == [0.8797, 0.1203, 0.5, 0.8574, 0.1426, 0.5685, 0.5]
+    assert r4(p_hat) == [0.9, 0.1, 0.5, 0.8766, 0.1234, 0.5721, 0.5]
+
+
+def test_astral_kernel_softmax_is_stable_at_small_t_att():
+    """t_att = 0.01: cosines / t_att span [-100, 100]; the softmax still gives weight ~1 to the nearest reference."""
+    base, _ = kernel_predict(np.array([[1.0, 0.0], [-1.0, 0.0]]), np.array([[1.0, 0.0], [-1.0, 0.0]]),
+                             np.array([1.0, 0.0]), 0.01)
+    assert r4(base) == [1.0, 0.0]
+
+
+def test_astral_kernel_rows_beyond_one_chunk():
+    """More rows than one chunk (CHUNK_ROWS): every row gets the same base as its single-row computation."""
+    from lze_bench.selectors.astral_predict import CHUNK_ROWS, attention_base
+
+    emb = np.tile(A2_EMB, (CHUNK_ROWS // len(A2_EMB) + 2, 1))
+    base = attention_base(emb, A2_EMB[[0, 1, 2]], np.array([0.9, 0.1, 0.5]), 0.1)
+    assert emb.shape[0] > CHUNK_ROWS and np.isfinite(base).all()
+    assert r4(base[-6:]) == r4(base[:6]) == [0.8797, 0.1203, 0.5, 0.8574, 0.1426, 0.5685]
+    assert (base.reshape(-1, 6) == base[:6]).all()
+
+
+def test_astral_kernel_softmax_is_per_row():
+    """One prompt that is no reference prompt: its own softmax over the references (A2 row 3: base 0.8574)."""
+    from lze_bench.selectors.astral_predict import attention_base
+
+    assert r4(attention_base(A2_EMB[[3]], A2_EMB[[0, 1, 2]], np.array([0.9, 0.1, 0.5]), 0.1)) == [0.8574]
+
+
+def test_astral_recalibration_with_unit_variance_is_a_fit():
+    """base_ref = [0, 1, 0, 1]: sum of squared deviations exactly 1.0, not constant: a = 1, c = 0."""
+    from lze_bench.selectors.astral_predict import recalibrate
+
+    assert recalibrate(np.array([0.0, 1.0, 0.0, 1.0]), np.array([0.0, 1.0, 0.0, 1.0])) == (1.0, 0.0)
