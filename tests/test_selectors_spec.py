@@ -896,3 +896,27 @@ def test_astral_recalibration_with_unit_variance_is_a_fit():
     from lze_bench.selectors.astral_predict import recalibrate
 
     assert recalibrate(np.array([0.0, 1.0, 0.0, 1.0]), np.array([0.0, 1.0, 0.0, 1.0])) == (1.0, 0.0)
+
+
+@pytest.mark.parametrize("name", ["lze", "lze_full"])
+@pytest.mark.parametrize("num_prompts", [40, 4])  # a batch of 4 below / at a quarter of N: per-id and whole-N counts
+def test_l_observe_counts_each_observation(name, num_prompts):
+    """§5 observe step 4: n_obs += 1 for every observed prompt, 0 for the others."""
+    sel = make(name, num_prompts, 4)
+    for step, ids in enumerate(([0, 1, 2, 3], [1, 3, 0, 2], [2, 0, 3, 1])):
+        sel.observe(batch(ids, [[1, 0, 1, 0]] * 4, step))
+    expected = np.zeros(num_prompts, dtype=int)
+    expected[:4] = 3
+    assert sel.state_dict()["n_obs"].tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("num_prompts", [40, 4])  # per-id and whole-N pruner updates
+def test_l_pruner_streak_prunes_after_prune_after_solved_steps(num_prompts):
+    """§5 step 5 (lze_full, prune_after = 2): streak + 1 while solved, else 0; pruned once streak >= 2."""
+    sel = make("lze_full", num_prompts, 4, prune_after=2)
+    rewards = [[1, 1, 1, 1], [1, 1, 1, 1], [1, 0, 1, 0], [0, 0, 0, 0]]
+    for step, (streak, pruned) in enumerate((([1, 1, 0, 0], []), ([2, 2, 0, 0], [0, 1]))):
+        sel.observe(batch([0, 1, 2, 3], rewards, step))
+        state = sel.state_dict()
+        assert state["streak"][:4].tolist() == streak
+        assert np.flatnonzero(state["pruned"]).tolist() == pruned

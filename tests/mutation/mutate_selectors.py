@@ -96,6 +96,18 @@ EQUIVALENT_PATTERNS = {
     ("if ids.size and not d_init.min() >= 0:", ">= -> >"): "the branch itself re-filters with d_init < 0",
     ("first = np.flatnonzero(d_init < 0)", "< -> <="):
         "first_sight skips d_init == 0 itself, and the reloaded d_init / ema are unchanged",
+    ("where = np.flatnonzero(self.d_init[ids] < 0)", "0 -> 1"):
+        "first_sight only ever gets unanchored prompts (d_init = -1): < 1 selects the same ones",
+    ("if ids.size and not d_init.min() >= 0:", "0 -> 1"): "the branch itself re-filters with d_init < 0",
+    ("first = np.flatnonzero(d_init < 0)", "0 -> 1"):
+        "first_sight re-filters d_init < 0, and the reloaded d_init / ema of anchored prompts are unchanged",
+    ("buf = np.empty(min(ids.size, BLOCK))", "min -> max"): "a larger scratch buffer; only buf[:block] is used",
+    ("if 4 * ids.size >= values.size:", "*"): "guard of a cache-warming read whose result is discarded",
+    ("values.view(np.uint8).max()", "max -> min"): "a cache-warming read whose result is discarded",
+    ("if 4 * ids.size < self.n_obs.size:", "*"):
+        "threshold between two paths that give the same counts and pruner state (tests cover both paths)",
+    ("if 4 * ids.size < self.pruned.size:", "*"):
+        "threshold between two forms of the same mask ~pruned | replay",
     ("BLOCK = 1 << 16", "*"): "block size of a blocked loop: every block computes the same values",
     ("SOLVED = 1.0 - 1e-8", "1e-8 -> 2e-08"): "pass rates are multiples of 1/n: no p lies in [1 - 2e-8, 1 - 1e-8) for n < 5e7",
     ("(self.batch_size or 0) // 4)", "// -> /"): "int() of a positive quotient is its floor; max(1, x < 1) is 1",
