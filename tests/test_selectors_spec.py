@@ -920,3 +920,11 @@ def test_l_pruner_streak_prunes_after_prune_after_solved_steps(num_prompts):
         state = sel.state_dict()
         assert state["streak"][:4].tolist() == streak
         assert np.flatnonzero(state["pruned"]).tolist() == pruned
+
+
+def test_l_select_update_accepts_an_equal_copy_of_the_observed_batch():
+    """select_update needs the batch observe() saw: equal ids in another array object are that batch."""
+    sel = make("lze", 10, 2)
+    sel.observe(batch([3, 5], [[1, 0, 1, 0], [1, 1, 0, 0]], 0))
+    decision = sel.select_update(batch([3, 5], [[1, 0, 1, 0], [1, 1, 0, 0]], 0), 0, step_rng(0, 0, 1))
+    assert decision.keep.size == 2
