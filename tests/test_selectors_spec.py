@@ -928,3 +928,22 @@ def test_l_select_update_accepts_an_equal_copy_of_the_observed_batch():
     sel.observe(batch([3, 5], [[1, 0, 1, 0], [1, 1, 0, 0]], 0))
     decision = sel.select_update(batch([3, 5], [[1, 0, 1, 0], [1, 1, 0, 0]], 0), 0, step_rng(0, 0, 1))
     assert decision.keep.size == 2
+
+
+def test_rng_call_tags_and_rounds_follow_section_0():
+    """§0: CALL_TAG 0 select_rollout, 1 select_update, 2 begin_epoch, 3 probe; the round is appended from 1 on."""
+    from lze_bench.selectors import base
+
+    assert (base.TAG_SELECT_ROLLOUT, base.TAG_SELECT_UPDATE, base.TAG_BEGIN_EPOCH, base.TAG_PROBE) == (0, 1, 2, 3)
+    draw = lambda rng: rng.integers(0, 2**62, size=4).tolist()  # noqa: E731
+    assert draw(step_rng(7, 3, 1, 0)) == draw(np.random.default_rng([7, 3, 1]))
+    assert draw(step_rng(7, 3, 1, 2)) == draw(np.random.default_rng([7, 3, 1, 2]))
+
+
+@pytest.mark.parametrize("ids", [[3, 3], [0, 9, 5, 9], [10**7, 2, 10**7]])
+def test_rollout_batch_rejects_duplicate_prompt_ids(ids):
+    from lze_bench.errors import LzeBenchError
+
+    with pytest.raises(LzeBenchError, match="duplicate"):
+        batch(ids, np.ones((len(ids), 2)))
+    batch(sorted(set(ids)), np.ones((len(set(ids)), 2)))  # unique ids are fine

@@ -108,6 +108,10 @@ EQUIVALENT_PATTERNS = {
         "threshold between two paths that give the same counts and pruner state (tests cover both paths)",
     ("if 4 * ids.size < self.pruned.size:", "*"):
         "threshold between two forms of the same mask ~pruned | replay",
+    ("if low >= 0 and high < 4 * ids.size + 1024:", "*"):
+        "chooses bincount or np.unique for the same duplicate test (dataset ids are >= 0; tests cover both)",
+    ("low, high = int(ids.min()), int(ids.max())", "*"):
+        "bounds that only choose bincount or np.unique for the same duplicate test (ids >= 0)",
     ("BLOCK = 1 << 16", "*"): "block size of a blocked loop: every block computes the same values",
     ("SOLVED = 1.0 - 1e-8", "1e-8 -> 2e-08"): "pass rates are multiples of 1/n: no p lies in [1 - 2e-8, 1 - 1e-8) for n < 5e7",
     ("(self.batch_size or 0) // 4)", "// -> /"): "int() of a positive quotient is its floor; max(1, x < 1) is 1",
