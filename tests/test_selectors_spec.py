@@ -807,3 +807,143 @@ def test_astral_buffer_cap_floors_the_fresh_share():
         ids = np.arange(4) + 4 * step
         sel.observe(batch(ids, np.ones((4, 4)), step))
     assert sel.buf_pid.tolist() == [3, 4, 5, 6, 7, 8, 9, 10, 11]  # newest 5 of 8, then this step's 4
+
+
+def test_astral_run_starting_at_a_later_round_draws_that_round():
+    """A run that starts (or resumes) at step k*mu, k >= 1, draws round k on its first call: floor(sigma * B) ids."""
+    sel = make("astral", 8, 4, mu=2, sigma=0.5)
+    no_embeddings = lambda name, ids: None  # noqa: E731
+    first = sel.select_rollout(np.arange(8), 4, 2, step_rng(0, 2, 0), no_embeddings)
+    second = sel.select_rollout(np.arange(8), 4, 3, step_rng(0, 3, 0), no_embeddings)
+    assert first.size == second.size == 2  # B_fresh = floor(0.5 * 4) in round 1
+    assert len(set(first.tolist()) | set(second.tolist())) == 4  # two slices of one draw without replacement
+
+
+def test_astral_budget_zero_rolls_out_and_replays_nothing():
+    sel = make("astral", 8, 4, mu=1, sigma=0.5)
+    for step in range(2):
+        assert sel.select_rollout(np.arange(8), 0, step, step_rng(0, step, 0), lambda name, ids: None).size == 0
+        group = batch(np.zeros(0, dtype=np.int64), np.zeros((0, 4)), step)
+        sel.observe(group)
+        decision = sel.select_update(group, step, step_rng(0, step, 1))
+        assert decision.replay.shape == (0, 2)  # R = floor(0.5 * 0) = 0, keys int64[R, 2]
+
+
+def test_astral_round_zero_replay_keys_are_an_empty_r_by_2_array():
+    sel = make("astral", 8, 2, mu=2)
+    group = batch([0, 1], np.ones((2, 4)), 0)
+    sel.observe(group)
+    replay = sel.select_update(group, 0, step_rng(0, 0, 1)).replay
+    assert replay.shape == (0, 2) and replay.dtype == np.int64
+
+
+@pytest.mark.parametrize("buffer_size", [2, 1])
+def test_astral_buffer_is_cleared_when_the_cap_is_not_positive(buffer_size):
+    """cap' = buffer_size - floor(0.5 * 4) <= 0: step 2 of §3 "Replay buffer" clears, then this step's groups go in."""
+    sel = make("astral", 20, 4, mu=1, sigma=0.5, buffer_size=buffer_size)
+    for step in range(3):
+        ids = np.arange(4) + 4 * step
+        sel.observe(batch(ids, np.ones((4, 4)), step))
+        assert sel.buf_pid.tolist() == ids.tolist()
+        assert sel.buf_step.tolist() == [step] * 4
+
+
+def test_astral_budget_unknown_without_batch_size_until_select_rollout():
+    from lze_bench.errors import LzeBenchError
+
+    sel = make("astral", 8, None)
+    with pytest.raises(LzeBenchError, match="budget unknown"):
+        sel.observe(batch([0, 1], np.ones((2, 4)), 0))
+    sel.select_rollout(np.arange(8), 2, 0, step_rng(0, 0, 0), lambda name, ids: None)
+    sel.observe(batch([0, 1], np.ones((2, 4)), 0))  # the budget is known now
+
+
+def test_astral_kernel_zero_embedding_has_similarity_zero():
+    """A zero embedding stays zero (ours): cosine 0 to every reference prompt, uniform weights, base = mean(y_ref)."""
+    emb = np.vstack([A2_EMB, [0.0, 0.0]])
+    base, p_hat = kernel_predict(emb, A2_EMB[[0, 1, 2]], np.array([0.9, 0.1, 0.5]), 0.1)
+    assert r4(base) == [0.8797, 0.1203, 0.5, 0.8574, 0.1426, 0.5685, 0.5]
+    assert r4(p_hat) == [0.9, 0.1, 0.5, 0.8766, 0.1234, 0.5721, 0.5]
+
+
+def test_astral_kernel_softmax_is_stable_at_small_t_att():
+    """t_att = 0.01: cosines / t_att span [-100, 100]; the softmax still gives weight ~1 to the nearest reference."""
+    base, _ = kernel_predict(np.array([[1.0, 0.0], [-1.0, 0.0]]), np.array([[1.0, 0.0], [-1.0, 0.0]]),
+                             np.array([1.0, 0.0]), 0.01)
+    assert r4(base) == [1.0, 0.0]
+
+
+def test_astral_kernel_rows_beyond_one_chunk():
+    """More rows than one chunk (CHUNK_ROWS): every row gets the same base as its single-row computation."""
+    from lze_bench.selectors.astral_predict import CHUNK_ROWS, attention_base
+
+    emb = np.tile(A2_EMB, (CHUNK_ROWS // len(A2_EMB) + 2, 1))
+    base = attention_base(emb, A2_EMB[[0, 1, 2]], np.array([0.9, 0.1, 0.5]), 0.1)
+    assert emb.shape[0] > CHUNK_ROWS and np.isfinite(base).all()
+    assert r4(base[-6:]) == r4(base[:6]) == [0.8797, 0.1203, 0.5, 0.8574, 0.1426, 0.5685]
+    assert (base.reshape(-1, 6) == base[:6]).all()
+
+
+def test_astral_kernel_softmax_is_per_row():
+    """One prompt that is no reference prompt: its own softmax over the references (A2 row 3: base 0.8574)."""
+    from lze_bench.selectors.astral_predict import attention_base
+
+    assert r4(attention_base(A2_EMB[[3]], A2_EMB[[0, 1, 2]], np.array([0.9, 0.1, 0.5]), 0.1)) == [0.8574]
+
+
+def test_astral_recalibration_with_unit_variance_is_a_fit():
+    """base_ref = [0, 1, 0, 1]: sum of squared deviations exactly 1.0, not constant: a = 1, c = 0."""
+    from lze_bench.selectors.astral_predict import recalibrate
+
+    assert recalibrate(np.array([0.0, 1.0, 0.0, 1.0]), np.array([0.0, 1.0, 0.0, 1.0])) == (1.0, 0.0)
+
+
+@pytest.mark.parametrize("name", ["lze", "lze_full"])
+@pytest.mark.parametrize("num_prompts", [40, 4])  # a batch of 4 below / at a quarter of N: per-id and whole-N counts
+def test_l_observe_counts_each_observation(name, num_prompts):
+    """§5 observe step 4: n_obs += 1 for every observed prompt, 0 for the others."""
+    sel = make(name, num_prompts, 4)
+    for step, ids in enumerate(([0, 1, 2, 3], [1, 3, 0, 2], [2, 0, 3, 1])):
+        sel.observe(batch(ids, [[1, 0, 1, 0]] * 4, step))
+    expected = np.zeros(num_prompts, dtype=int)
+    expected[:4] = 3
+    assert sel.state_dict()["n_obs"].tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("num_prompts", [40, 4])  # per-id and whole-N pruner updates
+def test_l_pruner_streak_prunes_after_prune_after_solved_steps(num_prompts):
+    """§5 step 5 (lze_full, prune_after = 2): streak + 1 while solved, else 0; pruned once streak >= 2."""
+    sel = make("lze_full", num_prompts, 4, prune_after=2)
+    rewards = [[1, 1, 1, 1], [1, 1, 1, 1], [1, 0, 1, 0], [0, 0, 0, 0]]
+    for step, (streak, pruned) in enumerate((([1, 1, 0, 0], []), ([2, 2, 0, 0], [0, 1]))):
+        sel.observe(batch([0, 1, 2, 3], rewards, step))
+        state = sel.state_dict()
+        assert state["streak"][:4].tolist() == streak
+        assert np.flatnonzero(state["pruned"]).tolist() == pruned
+
+
+def test_l_select_update_accepts_an_equal_copy_of_the_observed_batch():
+    """select_update needs the batch observe() saw: equal ids in another array object are that batch."""
+    sel = make("lze", 10, 2)
+    sel.observe(batch([3, 5], [[1, 0, 1, 0], [1, 1, 0, 0]], 0))
+    decision = sel.select_update(batch([3, 5], [[1, 0, 1, 0], [1, 1, 0, 0]], 0), 0, step_rng(0, 0, 1))
+    assert decision.keep.size == 2
+
+
+def test_rng_call_tags_and_rounds_follow_section_0():
+    """§0: CALL_TAG 0 select_rollout, 1 select_update, 2 begin_epoch, 3 probe; the round is appended from 1 on."""
+    from lze_bench.selectors import base
+
+    assert (base.TAG_SELECT_ROLLOUT, base.TAG_SELECT_UPDATE, base.TAG_BEGIN_EPOCH, base.TAG_PROBE) == (0, 1, 2, 3)
+    draw = lambda rng: rng.integers(0, 2**62, size=4).tolist()  # noqa: E731
+    assert draw(step_rng(7, 3, 1, 0)) == draw(np.random.default_rng([7, 3, 1]))
+    assert draw(step_rng(7, 3, 1, 2)) == draw(np.random.default_rng([7, 3, 1, 2]))
+
+
+@pytest.mark.parametrize("ids", [[3, 3], [0, 9, 5, 9], [10**7, 2, 10**7]])
+def test_rollout_batch_rejects_duplicate_prompt_ids(ids):
+    from lze_bench.errors import LzeBenchError
+
+    with pytest.raises(LzeBenchError, match="duplicate"):
+        batch(ids, np.ones((len(ids), 2)))
+    batch(sorted(set(ids)), np.ones((len(set(ids)), 2)))  # unique ids are fine

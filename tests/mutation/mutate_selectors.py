@@ -60,6 +60,30 @@ SKIP_LINE_STARTS = ("import ", "from ", "def ", "class ", "@", "raise ", "requir
 EQUIVALENT = {
     ("greso_state.py", "keep = np.where(easy > 0, np.maximum(self.p_easy ** easy.astype(np.float64), floor), keep)",
      "> -> >="): "easy_run == 0 then gives max(p_easy ** 0, floor) = 1, the default keep probability",
+    ("astral.py", "if pid.size == 0:", "0 -> 1"): "a one-entry buffer is already deduplicated: returned unchanged",
+    ("astral.py", "last = np.full(num_prompts, -1, dtype=np.int64)", "1 -> 0"):
+        "only last[pid] is read, each overwritten by np.maximum.at with an index >= 0 >= the initial value",
+    ("astral.py", "last = np.full(num_prompts, -1, dtype=np.int64)", "1 -> 2"):
+        "only last[pid] is read, each overwritten by np.maximum.at with an index >= 0 > the initial value",
+    ("astral.py", "self.ref_ids, self.y_ref, self.round_ids = empty, np.zeros(0), empty", "0 -> 1"):
+        "y_ref is read only when ref_ids is non-empty, i.e. after observe_probe / load_state_dict, which replace it",
+    ("astral.py", "self.drawn_round, self.round_fresh = -1, 0", "1 -> 2"):
+        "start-up sentinel: -2, like -1, is no round index (rounds are >= 0), so the first call draws",
+    ("astral.py", "self.drawn_round, self.round_fresh = -1, 0", "0 -> 1"):
+        "round_fresh is set by the draw that the sentinel drawn_round forces before any slice is read",
+    ("astral.py", "self.budget = -1 if batch_size is None else int(batch_size)  # -1: not known yet", "1 -> 2"):
+        "placeholder: _budget() only tests budget < 0; -2 is unknown too",
+    ("astral.py", "replay = np.zeros((0, 2), dtype=np.int64)", "2 -> 3"):
+        "UpdateDecision reshapes replay to (-1, 2): an empty (0, 3) array becomes the same empty (0, 2)",
+    ("astral.py", "if pid.size > cap:", "> -> >="): "pid.size == cap >= 0 gives cut = 0: nothing removed",
+    ("astral.py", "if int(step) // self.config.mu >= 1:", "// -> /"):
+        "integers step >= 0, mu >= 1: step / mu >= 1 <=> step >= mu <=> step // mu >= 1",
+    ("astral_predict.py", "CHUNK_ROWS = 8192  # rows of similarities held at once: 8192 x ref_size float32",
+     "8192 -> 8193"): "chunk size of a row-wise loop: every chunk computes the same rows (test: rows beyond one chunk)",
+    ("astral_predict.py", "return vectors / np.where(norms > 0, norms, 1.0)  # a zero embedding stays zero (similarity 0)",
+     "1.0 -> 2.0"): "the divisor is used only for zero rows: 0 / 2 = 0 / 1 = 0",
+    ("astral_predict.py", "slope = float(np.dot(centered, y_ref - y_ref.mean())) / variance", "- -> +"):
+        "centered sums to 0, so dot(centered, y + m) = dot(centered, y - m) up to rounding (~1e-16)",
 }
 
 
@@ -72,6 +96,22 @@ EQUIVALENT_PATTERNS = {
     ("if ids.size and not d_init.min() >= 0:", ">= -> >"): "the branch itself re-filters with d_init < 0",
     ("first = np.flatnonzero(d_init < 0)", "< -> <="):
         "first_sight skips d_init == 0 itself, and the reloaded d_init / ema are unchanged",
+    ("where = np.flatnonzero(self.d_init[ids] < 0)", "0 -> 1"):
+        "first_sight only ever gets unanchored prompts (d_init = -1): < 1 selects the same ones",
+    ("if ids.size and not d_init.min() >= 0:", "0 -> 1"): "the branch itself re-filters with d_init < 0",
+    ("first = np.flatnonzero(d_init < 0)", "0 -> 1"):
+        "first_sight re-filters d_init < 0, and the reloaded d_init / ema of anchored prompts are unchanged",
+    ("buf = np.empty(min(ids.size, BLOCK))", "min -> max"): "a larger scratch buffer; only buf[:block] is used",
+    ("if 4 * ids.size >= values.size:", "*"): "guard of a cache-warming read whose result is discarded",
+    ("values.view(np.uint8).max()", "max -> min"): "a cache-warming read whose result is discarded",
+    ("if 4 * ids.size < self.n_obs.size:", "*"):
+        "threshold between two paths that give the same counts and pruner state (tests cover both paths)",
+    ("if 4 * ids.size < self.pruned.size:", "*"):
+        "threshold between two forms of the same mask ~pruned | replay",
+    ("if low >= 0 and high < 4 * ids.size + 1024:", "*"):
+        "chooses bincount or np.unique for the same duplicate test (dataset ids are >= 0; tests cover both)",
+    ("low, high = int(ids.min()), int(ids.max())", "*"):
+        "bounds that only choose bincount or np.unique for the same duplicate test (ids >= 0)",
     ("BLOCK = 1 << 16", "*"): "block size of a blocked loop: every block computes the same values",
     ("SOLVED = 1.0 - 1e-8", "1e-8 -> 2e-08"): "pass rates are multiples of 1/n: no p lies in [1 - 2e-8, 1 - 1e-8) for n < 5e7",
     ("(self.batch_size or 0) // 4)", "// -> /"): "int() of a positive quotient is its floor; max(1, x < 1) is 1",
