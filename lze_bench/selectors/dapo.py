@@ -92,21 +92,12 @@ class DapoSelector(Selector):
     def select_update(self, batch, step, rng):
         _, varied = group_stats(batch.rewards)
         informative = varied | (batch.group_size == 1)
-        room = self.train_batch_size - self.kept_so_far
-        keep = informative & (np.cumsum(informative) <= room)
+        keep = keep_first_informative(informative, self.train_batch_size - self.kept_so_far)
         self.kept_so_far += int(np.count_nonzero(keep))
         self.gen_rounds += 1
         more = 0 if self.kept_so_far >= self.train_batch_size else self.gen_batch_size
-        partial = False
-        cap = self.config.max_gen_batches
-        if more > 0 and cap > 0 and self.gen_rounds >= cap:
-            if self.config.on_exhaust == "error":
-                raise SelectorExhausted(
-                    f"dapo: {self.gen_rounds} generation rounds (selector.max_gen_batches={cap}) filled only "
-                    f"{self.kept_so_far} of {self.train_batch_size} groups; raise selector.max_gen_batches "
-                    "or set selector.on_exhaust=partial"
-                )
-            more, partial = 0, True
+        more, partial = cap_rounds(more, self.gen_rounds, self.config, "dapo", self.kept_so_far,
+                                   self.train_batch_size)
         if more == 0:
             self.begin_update()
         return UpdateDecision(keep=keep, more=more, partial=partial)
@@ -122,3 +113,25 @@ class DapoSelector(Selector):
         self.kept_so_far = int(state["kept_so_far"])
         self.gen_rounds = int(state["gen_rounds"])
         self.train_batch_size = int(state.get("train_batch_size", self.train_batch_size))
+
+
+def keep_first_informative(informative: np.ndarray, room: int) -> np.ndarray:
+    """Dynamic sampling (spec §2): the first `room` informative groups, in generation order."""
+    return informative & (np.cumsum(informative) <= room)
+
+
+def cap_rounds(more: int, gen_rounds: int, config, who: str, kept: int, target: int) -> tuple[int, bool]:
+    """(more, partial) after the `max_gen_batches` cap (spec §2; also greso and hive).
+
+    `config` has `max_gen_batches` (0 = unlimited) and `on_exhaust` ("partial": update on what
+    was kept, flagged in the ledger; "error": raise, as verl does).
+    """
+    cap = config.max_gen_batches
+    if more > 0 and cap > 0 and gen_rounds >= cap:
+        if config.on_exhaust == "error":
+            raise SelectorExhausted(
+                f"{who}: {gen_rounds} generation rounds (selector.max_gen_batches={cap}) filled only "
+                f"{kept} of {target} groups; raise selector.max_gen_batches or set selector.on_exhaust=partial"
+            )
+        return 0, True
+    return more, False

@@ -16,6 +16,7 @@ import numpy as np
 
 from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
+from lze_bench.selectors.dapo import cap_rounds, keep_first_informative
 
 PER_PROMPT = ("easy_run", "hard_run", "n_obs")
 SCALARS = ("p_easy", "p_hard", "epoch")
@@ -94,24 +95,14 @@ class SkipHistory:
 
     def keep_informative(self, informative: np.ndarray, target: int) -> np.ndarray:
         """Dynamic sampling: the first `target - kept_so_far` informative groups, in generation order."""
-        keep = informative & (np.cumsum(informative) <= target - self.kept_so_far)
+        keep = keep_first_informative(informative, target - self.kept_so_far)
         self.kept_so_far += int(np.count_nonzero(keep))
         self.gen_rounds += 1
         return keep
 
     def exhausted(self, more: int, who: str, target: int) -> tuple[int, bool]:
         """(more, partial) after the `max_gen_batches` cap (dapo's rule, spec §2)."""
-        cap = self.cfg.max_gen_batches
-        if more > 0 and cap > 0 and self.gen_rounds >= cap:
-            if self.cfg.on_exhaust == "error":
-                from lze_bench.selectors.base import SelectorExhausted
-
-                raise SelectorExhausted(
-                    f"{who}: {self.gen_rounds} generation rounds (selector.max_gen_batches={cap}) filled only "
-                    f"{self.kept_so_far} of {target} groups; raise selector.max_gen_batches "
-                    "or set selector.on_exhaust=partial")
-            return 0, True
-        return more, False
+        return cap_rounds(more, self.gen_rounds, self.cfg, who, self.kept_so_far, target)
 
     def finish_step(self) -> None:
         """The step's update is decided: adapt p_easy / p_hard (epoch > 0), then reset the counters."""
