@@ -86,6 +86,11 @@ EVAL_COLUMNS: dict[str, str] = {
 FLOP_PARTS = ("flops_rollout", "flops_logprob", "flops_train", "flops_select")
 
 
+def step_flops(row: dict) -> int:
+    """A step's `flops_total`: the sum of its FLOP_PARTS (every part must be in the row)."""
+    return sum(int(row[part]) for part in FLOP_PARTS)
+
+
 def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
     buffer = io.BytesIO()
     frame.to_parquet(buffer, index=False)
@@ -119,7 +124,7 @@ class Ledger:
         """Add one step. Fills `flops_total`, `cum_flops`, `cum_time_s` when absent."""
         row = dict(row)
         row.setdefault("flops_select", 0)
-        row.setdefault("flops_total", sum(int(row[k]) for k in FLOP_PARTS))
+        row.setdefault("flops_total", step_flops(row))
         row.setdefault("cum_flops", self.cum_flops + float(row["flops_total"]))
         row.setdefault("cum_time_s", self.cum_time_s + float(row["time_step_s"]))
         row.setdefault("heldout_accuracy", float("nan"))

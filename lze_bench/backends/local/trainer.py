@@ -38,7 +38,7 @@ from pathlib import Path
 
 from lze_bench import __version__
 from lze_bench.errors import LzeBenchError
-from lze_bench.ledger import FLOP_PARTS
+from lze_bench.ledger import step_flops
 from lze_bench.rundir import (CONFIG, atomic_write_text, config_hash, default_run_dir, git_commit,
                               latest_checkpoint, mark_done, refuse_finished)
 
@@ -258,7 +258,7 @@ class _Session:
         elapsed = row.pop("_elapsed_s")
         row["heldout_accuracy"], row["flops_eval"], row["time_eval_s"] = float("nan"), 0, 0.0
         before = self.ledger.cum_flops
-        after = before + float(sum(int(row.get(k, 0)) for k in FLOP_PARTS))
+        after = before + float(step_flops(row))  # what the ledger will book as this step's cum_flops
         last = self.stop_reason(after) is not None
         if self._eval_due(before, after, last):
             result = self.evaluate(self.updates)
