@@ -9,18 +9,10 @@ and one rollout-log row per rolled-out prompt. Selector randomness:
 torch generator seeded from (seed, step, kind, round), so a resumed run draws
 what an unbroken one would.
 
-Choices where the specs are silent:
-- the first round offers `data.candidates_per_step`, else the selector's
-  `candidates_per_step(B)`, with budget `rollout_budget(B)`; a later round
-  offers the next `round_candidates(more)` ids of the stream (`more`, HIVE:
-  `pool_factor x more`) with budget `more`;
-- a round in which the selector rolls out nothing ends the step (no observe /
-  select_update on an empty batch), except for selectors that sample in
-  rounds (`samples_in_rounds`: greso, hive), whose skip rules can empty a
-  round: they see the empty batch and say how many more to examine; a step
-  that keeps nothing makes no update but still gets its ledger row;
-- when the backend cap (`max_gen_rounds`) stops a selector that still wants
-  more, the step updates on what it kept and the row's `partial` is true;
+The selector calls and their order are lze_bench.step_rounds.run_selection,
+shared with backend=openrlhf (its docstring has the choices about rounds,
+epochs and caps). Choices of this backend:
+- a step that keeps nothing makes no update but still gets its ledger row;
 - probe rollouts count in `prompts_probed`, `samples`, the token columns and
   `flops_rollout`, not in `reward_mean` / `zero_variance_frac` (fresh groups
   only), and are not written to the rollout log (they are not candidates);
@@ -45,9 +37,9 @@ from lze_bench.backends.local.grpo import Group, grpo_update
 from lze_bench.backends.local.rollout import generate
 from lze_bench.errors import LzeBenchError
 from lze_bench.ledger import zero_variance_fraction
-from lze_bench.selectors import RolloutBatch, UpdateDecision, step_rng
-from lze_bench.selectors.base import (STEP_METRICS, TAG_BEGIN_EPOCH, TAG_PROBE, TAG_SELECT_ROLLOUT,
-                                     TAG_SELECT_UPDATE)
+from lze_bench.selectors import RolloutBatch, step_rng
+from lze_bench.selectors.base import STEP_METRICS, TAG_SELECT_UPDATE
+from lze_bench.step_rounds import run_selection
 
 KIND_TRAIN, KIND_PROBE = 0, 1
 ALIGN_ROUND = 99  # rng [seed, step, 1, 99] of LZE's mini-batch alignment (selectors.md §5)
@@ -79,9 +71,6 @@ class StepRunner:
         self.prompts, self.answers, self.device = prompts, answers, device
         self.begun_epoch = begun_epoch
         self.seed, self.trainer = int(cfg.seed), cfg.trainer
-        batch = self.trainer.batch_size
-        self.first_count = cfg.data.candidates_per_step or selector.candidates_per_step(batch)
-        self.first_budget = selector.rollout_budget(batch)
 
     # --- rollouts ----------------------------------------------------------------
     def _generator(self, step: int, kind: int, round_index: int):
@@ -121,44 +110,6 @@ class StepRunner:
                              response_entropy=gen.entropy.reshape(len(ids), n))
         return groups, batch
 
-    # --- selector calls (timed) ---------------------------------------------------
-    def _timed(self, counters: StepCounters, fn, *args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            counters.time_select_s += time.perf_counter() - start
-
-    def _begin(self, step: int, counters: StepCounters) -> int:
-        full = self.selector.candidate_mode == "full"
-        epoch = self.stream.prepare(0 if full else self.first_count)
-        if epoch != self.begun_epoch:
-            self._timed(counters, self.selector.begin_epoch, epoch, step_rng(self.seed, step, TAG_BEGIN_EPOCH))
-            self.begun_epoch = epoch
-        probe_ids = self._timed(counters, self.selector.probe, step, step_rng(self.seed, step, TAG_PROBE))
-        if probe_ids is not None and len(probe_ids):
-            probe_ids = np.asarray(probe_ids, dtype=np.int64)
-            _, batch = self.rollout(probe_ids, step, KIND_PROBE, 0, counters)
-            counters.probed += len(probe_ids)
-            self._timed(counters, self.selector.observe_probe, batch)
-        return epoch
-
-    def _candidates(self, count: int) -> np.ndarray:
-        if self.selector.candidate_mode == "full":
-            return np.arange(self.stream.num_prompts, dtype=np.int64)
-        return self.stream.take(count)
-
-    def _select(self, candidates, budget, step, round_index, counters) -> np.ndarray:
-        rng = step_rng(self.seed, step, TAG_SELECT_ROLLOUT, round_index)
-        ids = self._timed(counters, self.selector.select_rollout, candidates, budget, step, rng, self.features)
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        if ids.size > budget or not np.isin(ids, candidates).all() or np.unique(ids).size != ids.size:
-            raise LzeBenchError(f"selector {self.selector.name!r} returned ids that are not distinct candidates "
-                                f"within budget {budget} at step {step}")
-        if self.selector.candidate_mode == "full":
-            self.stream.advance(ids.size)
-        return ids
-
     def _align(self, kept: list, step: int, rolled_out: int) -> list:
         """The kept groups with the responses an `align_mask` selector (lze) leaves for training."""
         align = getattr(self.selector, "align_mask", None)
@@ -169,50 +120,34 @@ class StepRunner:
             return kept
         return [dataclasses.replace(group, train_mask=row) for group, row in zip(kept, mask) if row.any()]
 
-    def _empty_batch(self, step: int) -> RolloutBatch:
-        n = self.trainer.n_samples
-        return RolloutBatch(prompt_ids=np.zeros(0, dtype=np.int64), rewards=np.zeros((0, n), dtype=np.float32),
-                            step=step, response_tokens=np.zeros((0, n), dtype=np.int32),
-                            prompt_tokens=np.zeros(0, dtype=np.int32), response_entropy=np.zeros((0, n)))
-
     # --- the step ------------------------------------------------------------------
     def run(self, step: int):
         start = time.perf_counter()
         counters = StepCounters()
-        epoch = self._begin(step, counters)
-        fresh, log_rows, replay_keys, partial = [], [], [], False
-        count, budget, round_index = self.first_count, self.first_budget, 0
-        while True:
-            candidates = self._candidates(count)
-            counters.considered += candidates.size
-            ids = self._select(candidates, budget, step, round_index, counters)
-            if ids.size == 0 and not self.selector.samples_in_rounds:
-                break
-            groups, batch = (self.rollout(ids, step, KIND_TRAIN, round_index, counters) if ids.size
-                             else ([], self._empty_batch(step)))
-            counters.rolled_out += ids.size
+
+        def rollout(ids, round_index, probe):
+            groups, batch = self.rollout(ids, step, KIND_PROBE if probe else KIND_TRAIN, round_index, counters)
+            if probe:
+                counters.probed += len(ids)
+            return groups, batch
+
+        selection, self.begun_epoch = run_selection(
+            self.selector, self.stream, seed=self.seed, step=step, batch_size=self.trainer.batch_size,
+            candidates_per_step=self.cfg.data.candidates_per_step, max_rounds=self.cfg.backend.max_gen_rounds,
+            group_size=self.trainer.n_samples, rollout=rollout, features=self.features, begun_epoch=self.begun_epoch)
+        counters.considered, counters.rolled_out = selection.considered, selection.rolled_out
+        counters.time_select_s = selection.time_select_s
+        epoch, partial, replay_keys = selection.epoch, selection.partial, selection.replay_keys()
+        fresh, log_rows = [], []
+        for round_ in selection.rounds:
+            batch = round_.batch
             counters.rewards.append(batch.rewards)
-            self._timed(counters, self.selector.observe, batch)
-            rng = step_rng(self.seed, step, TAG_SELECT_UPDATE, round_index)
-            decision: UpdateDecision = self._timed(counters, self.selector.select_update, batch, step, rng)
-            if decision.keep.size != ids.size:
-                raise LzeBenchError(f"selector {self.selector.name!r}: keep mask has {decision.keep.size} entries "
-                                    f"for {ids.size} groups")
-            partial |= decision.partial
-            replay_keys.extend(map(tuple, decision.replay.tolist()))
-            for group, keep, tokens, entropy in zip(groups, decision.keep, batch.response_tokens, batch.response_entropy):
+            for group, keep, tokens, entropy in zip(round_.groups, round_.decision.keep, batch.response_tokens,
+                                                    batch.response_entropy):
                 fresh.append((group, bool(keep)))
                 log_rows.append({"step": step, "prompt_id": group.prompt_id, "rewards": group.rewards.tolist(),
                                  "response_tokens": tokens.tolist(), "kept": bool(keep), "epoch": epoch,
-                                 "round": round_index, "response_entropy": entropy.tolist()})
-            if decision.more <= 0:
-                break
-            if round_index + 1 >= self.cfg.backend.max_gen_rounds:
-                partial = True
-                break
-            budget = int(decision.more)
-            count = self.selector.round_candidates(budget)
-            round_index += 1
+                                 "round": round_.index, "response_entropy": entropy.tolist()})
         replayed = [self.store.get(pid, gen_step) for pid, gen_step in dict.fromkeys(replay_keys)]
         for group, _ in fresh:
             self.store.put(group)
@@ -233,7 +168,7 @@ class StepRunner:
         row = {
             "step": step, "epoch": epoch, "prompts_considered": counters.considered,
             "prompts_rolled_out": counters.rolled_out, "prompts_probed": counters.probed,
-            "groups_kept": len(selected), "groups_replayed": len(replayed), "gen_rounds": round_index + 1,
+            "groups_kept": len(selected), "groups_replayed": len(replayed), "gen_rounds": selection.gen_rounds,
             "samples": counters.samples, "prompt_tokens": counters.prompt_tokens,
             "generated_tokens": counters.generated_tokens, "trained_tokens": stats.trained_tokens,
             "flops_rollout": counters.flops_rollout, "flops_logprob": stats.flops_logprob,

@@ -1,31 +1,23 @@
-"""One training step's selector calls, in the order of selectors.md §0 (no OpenRLHF import).
+"""One training step's selector calls on backend=openrlhf (no OpenRLHF import; openrlhf.md §9).
 
-`StepDriver.run_step(rollout)` does, for training step `t`:
-`[begin_epoch]` -> `[probe -> rollout -> observe_probe]` -> rounds of
-`select_rollout -> rollout -> observe -> select_update` until `batch_size`
-groups are kept, and returns exactly `batch_size` groups plus a `StepRecord`
-of everything that was rolled out (for the ledger). `rollout(ids)` is the
+`StepDriver.run_step(rollout)` runs lze_bench.step_rounds.run_selection, the
+same selector calls in the same order as the local backend, and returns what
+the update trains: the kept fresh groups, then the replayed groups, plus a
+`StepRecord` of everything rolled out (for the ledger). `rollout(ids)` is the
 backend's: it generates and grades `n` responses per id (generator.py).
 
-Choices where the specs are silent (ours):
-* Data order: lze_bench.data_order.DataOrder, the one the local backend uses
-  (seeded by `seed` only, a round never spans two epochs); `begin_epoch(e + 1)`
-  runs when a round starts a new pass. Candidates of `candidate_mode="full"`
-  selectors are all ids every round.
-* Round sizes: round 0 offers `data.candidates_per_step` (else the selector's
-  `candidates_per_step(B)`) candidates with budget `rollout_budget(B)`; a later
-  round offers `round_candidates(decision.more)` candidates (HIVE: `pool_factor`
-  times more) with budget `more` when the selector
-  asked for more (DAPO), else a fresh round like round 0 (a selector that keeps
-  fewer groups than the batch, e.g. LZE). A decision flagged `partial` (the
-  selector's own generation cap) ends the rounds.
-* Exact batch (openrlhf.md §9): OpenRLHF trains `rollout.batch_size` groups per
-  optimizer step, so kept groups beyond it are discarded (rollout row
-  `kept=false`; their generation FLOPs still count) and a short batch after
-  `max_rounds` rounds is topped up with rolled-out groups the selector did not
-  keep, informative ones first (`short_batch="fill"`, ledger `partial=true`) or
-  is an error (`short_batch="error"`).
-* rng: `step_rng(seed, t, TAG, round)`; `begin_epoch` uses the current step `t`.
+What reaches the update is the selector's own choice on every backend
+(openrlhf.md §9 "Batch sizes (revised)"):
+* fill selectors (dapo, greso, hive) roll out rounds until B groups are kept
+  or their cap is hit and then update on what was kept; never on dropped groups;
+* shrink selectors (lze, lze_full) roll out once and train on the kept groups
+  only: the update batch is smaller than B;
+* replay (astral) adds stored groups (with their generation-time log-probs)
+  to the fresh ones.
+Nothing is padded. The trainer then trims the trained responses to whole
+micro-batches over the data-parallel ranks (trim.py) and books what trained.
+A step whose update would be empty (nothing kept) gets its ledger row and no
+optimizer step (as on the local backend).
 """
 
 from __future__ import annotations
@@ -38,14 +30,9 @@ import numpy as np
 
 from lze_bench.data_order import DataOrder
 from lze_bench.errors import LzeBenchError
-from lze_bench.selectors.base import (
-    TAG_BEGIN_EPOCH,
-    TAG_PROBE,
-    TAG_SELECT_ROLLOUT,
-    TAG_SELECT_UPDATE,
-    RolloutBatch,
-    step_rng,
-)
+from lze_bench.rollout_store import RolloutStore
+from lze_bench.selectors.base import RolloutBatch
+from lze_bench.step_rounds import run_selection
 
 
 @dataclass
@@ -58,6 +45,7 @@ class Group:
     seq_lengths: np.ndarray  # int64[n] prompt + response tokens per response (as trained)
     payload: Any = None  # the backend's samples (OpenRLHF: list[Experience])
     grade_time_s: float = 0.0  # summed over responses (grading runs inside the vLLM actors)
+    gen_step: int = -1  # the training step that generated it (replay key)
 
     @property
     def prompt_tokens(self) -> np.ndarray:  # int64[n]
@@ -76,9 +64,15 @@ class StepRecord:
     gen_rounds: int = 0
     partial: bool = False
     rolled: list = field(default_factory=list)  # [Group] every training rollout, in order
-    kept_flags: list = field(default_factory=list)  # bool per rolled group: reached the update
+    kept_flags: list = field(default_factory=list)  # bool per rolled group: the selector kept it
     rounds: list = field(default_factory=list)  # int per rolled group: the generation round it came from
     probes: list = field(default_factory=list)  # [Group] measurement-only rollouts
+    replayed: list = field(default_factory=list)  # [Group] stored groups the update adds (astral)
+    # bool[n] per group of `train_groups` (kept, then replayed): the responses that trained, set by the
+    # trainer after trimming (trim.py); None until then = every response of every train group
+    train_masks: list | None = None
+    metrics: dict = field(default_factory=dict)  # the selector's step_metrics()
+    flops_select: int = 0  # feature passes run for the selector this step
     time_rollout_s: float = 0.0
     time_select_s: float = 0.0
     time_step_s: float = 0.0
@@ -87,19 +81,24 @@ class StepRecord:
     def kept(self) -> list:
         return [g for g, k in zip(self.rolled, self.kept_flags) if k]
 
+    @property
+    def train_groups(self) -> list:
+        return self.kept + list(self.replayed)
+
 
 Rollout = Callable[[np.ndarray], list]  # ids int64[m] -> [Group] in the same order
 
 
 class StepDriver:
-    """Calls the selector for each training step; owns the data order."""
+    """Calls the selector for each training step; owns the data order and the replay store."""
 
     def __init__(self, selector, order: DataOrder, *, seed: int, batch_size: int, candidates_per_step: int | None,
-                 max_rounds: int, short_batch: str = "fill"):
+                 max_rounds: int, group_size: int, features=None, store: RolloutStore | None = None):
         self.selector, self.order, self.seed = selector, order, int(seed)
-        self.batch_size, self.max_rounds, self.short_batch = int(batch_size), int(max_rounds), short_batch
-        self.candidates_per_step = int(candidates_per_step or selector.candidates_per_step(self.batch_size))
-        self.first_budget = int(selector.rollout_budget(self.batch_size))
+        self.batch_size, self.max_rounds, self.group_size = int(batch_size), int(max_rounds), int(group_size)
+        self.candidates_per_step = candidates_per_step
+        self.features = features
+        self.store = store if store is not None else RolloutStore(0)
         self.step = 0  # training steps completed = index of the next one
         self.epoch_started = -1  # last epoch announced with begin_epoch
 
@@ -111,117 +110,49 @@ class StepDriver:
         self.step, self.epoch_started = int(position["step"]), int(position["epoch_started"])
         self.order.load_state_dict(position)
 
-    def run_step(self, rollout: Rollout) -> tuple[list, StepRecord]:
+    def run_step(self, rollout: Rollout) -> StepRecord:
         started = time.perf_counter()
-        record = StepRecord(step=self.step)
-        self._announce_epoch(record)
-        self._probe(record, rollout)
-        kept: list = []
-        more = 0
-        while len(kept) < self.batch_size and record.gen_rounds < self.max_rounds:
-            budget = more if more > 0 else self.first_budget
-            count = self.selector.round_candidates(more) if more > 0 else self.candidates_per_step
-            more = self._round(record, rollout, kept, budget, count)
-            if record.partial:  # the selector's own cap: no further rounds this step
-                break
-        if len(kept) < self.batch_size:
-            self._short_batch(record, kept)
-        record.epoch = self.order.epoch
+        step = self.step
+
+        def backend_rollout(ids, round_index, probe):
+            groups = rollout(ids)
+            if [g.prompt_id for g in groups] != ids.tolist():
+                raise LzeBenchError("the backend returned groups for other prompts than it was asked to roll out")
+            for group in groups:
+                group.gen_step = step
+            return groups, groups_batch(groups, step)
+
+        selection, self.epoch_started = run_selection(
+            self.selector, self.order, seed=self.seed, step=step, batch_size=self.batch_size,
+            candidates_per_step=self.candidates_per_step, max_rounds=self.max_rounds, group_size=self.group_size,
+            rollout=backend_rollout, features=self.features, begun_epoch=self.epoch_started)
+        record = StepRecord(step=step, epoch=selection.epoch, prompts_considered=selection.considered,
+                            prompts_rolled_out=selection.rolled_out, prompts_probed=int(selection.probe_ids.size),
+                            gen_rounds=selection.gen_rounds, partial=selection.partial,
+                            probes=list(selection.probe_groups), time_rollout_s=selection.time_rollout_s,
+                            time_select_s=selection.time_select_s, metrics=dict(self.selector.step_metrics()))
+        for group, keep, round_index in selection.fresh():
+            record.rolled.append(group)
+            record.kept_flags.append(keep)
+            record.rounds.append(round_index)
+        # replay keys resolve before this step's groups enter the store (as on the local backend)
+        record.replayed = [self.store.get(pid, gen_step) for pid, gen_step in selection.replay_keys()]
+        for group in record.rolled:
+            self.store.put(group)
+        if len(record.train_groups) > self.batch_size:
+            raise LzeBenchError(
+                f"step {step}: selector={self.selector.name} sends {len(record.train_groups)} groups to one update "
+                f"of at most trainer.batch_size={self.batch_size} (OpenRLHF would train the surplus a step later)"
+            )
         record.time_step_s = time.perf_counter() - started
         self.step += 1
-        return kept, record
-
-    def _round(self, record: StepRecord, rollout: Rollout, kept: list, budget: int, count: int) -> int:
-        round_index = record.gen_rounds
-        candidates = self._candidates(count, record)
-        record.prompts_considered += len(candidates)
-        t0 = time.perf_counter()
-        rng = step_rng(self.seed, self.step, TAG_SELECT_ROLLOUT, round_index)
-        ids = np.asarray(self.selector.select_rollout(candidates, budget, self.step, rng), dtype=np.int64)
-        record.time_select_s += time.perf_counter() - t0
-        record.gen_rounds += 1
-        if ids.size == 0:
-            return 0
-        groups = self._timed_rollout(rollout, ids, record)
-        batch = _batch(groups, self.step)
-        t0 = time.perf_counter()
-        self.selector.observe(batch)
-        rng = step_rng(self.seed, self.step, TAG_SELECT_UPDATE, round_index)
-        decision = self.selector.select_update(batch, self.step, rng)
-        record.time_select_s += time.perf_counter() - t0
-        if decision.replay.size:
-            raise LzeBenchError(
-                f"selector={self.selector.name} asked to replay stored groups; backend=openrlhf has no rollout store "
-                "(use backend=local for replay selectors)"
-            )
-        record.prompts_rolled_out += len(groups)
-        for group, keep in zip(groups, decision.keep):
-            take = bool(keep) and len(kept) < self.batch_size  # surplus kept groups are discarded
-            if take:
-                kept.append(group)
-            record.rolled.append(group)
-            record.kept_flags.append(take)
-            record.rounds.append(round_index)
-        record.partial = record.partial or bool(decision.partial)
-        return int(decision.more)
-
-    def _candidates(self, count: int, record: StepRecord) -> np.ndarray:
-        if getattr(self.selector, "candidate_mode", "stream") == "full":
-            return np.arange(self.order.num_prompts, dtype=np.int64)
-        epoch_before = self.order.epoch
-        ids = self.order.take(count)
-        if self.order.epoch != epoch_before:
-            self._announce_epoch(record)
-        return ids
-
-    def _announce_epoch(self, record: StepRecord) -> None:
-        if self.order.epoch > self.epoch_started:
-            self.epoch_started = self.order.epoch
-            t0 = time.perf_counter()
-            self.selector.begin_epoch(self.order.epoch, step_rng(self.seed, self.step, TAG_BEGIN_EPOCH))
-            record.time_select_s += time.perf_counter() - t0
-
-    def _probe(self, record: StepRecord, rollout: Rollout) -> None:
-        ids = self.selector.probe(self.step, step_rng(self.seed, self.step, TAG_PROBE))
-        if ids is None or len(ids) == 0:
-            return
-        groups = self._timed_rollout(rollout, np.asarray(ids, dtype=np.int64), record)
-        record.probes.extend(groups)
-        record.prompts_probed += len(groups)
-        self.selector.observe_probe(_batch(groups, self.step))
-
-    @staticmethod
-    def _timed_rollout(rollout: Rollout, ids: np.ndarray, record: StepRecord) -> list:
-        t0 = time.perf_counter()
-        groups = rollout(ids)
-        record.time_rollout_s += time.perf_counter() - t0
-        if [g.prompt_id for g in groups] != ids.tolist():
-            raise LzeBenchError("the backend returned groups for other prompts than it was asked to roll out")
-        return groups
-
-    def _short_batch(self, record: StepRecord, kept: list) -> None:
-        missing = self.batch_size - len(kept)
-        if self.short_batch == "error":
-            raise LzeBenchError(
-                f"step {self.step}: selector={self.selector.name} kept {len(kept)} of {self.batch_size} groups in "
-                f"{record.gen_rounds} rounds; OpenRLHF trains exact batches: raise backend.max_gen_rounds or set "
-                "backend.short_batch=fill"
-            )
-        spare = [i for i, k in enumerate(record.kept_flags) if not k]
-        informative = [i for i in spare if np.ptp(record.rolled[i].rewards) > 0]
-        order = informative + [i for i in spare if i not in set(informative)]
-        if len(order) < missing:
-            raise LzeBenchError(
-                f"step {self.step}: only {len(kept) + len(order)} groups were rolled out for a batch of "
-                f"{self.batch_size}; raise backend.max_gen_rounds"
-            )
-        for index in order[:missing]:
-            kept.append(record.rolled[index])
-            record.kept_flags[index] = True
-        record.partial = True
+        return record
 
 
-def _batch(groups: list, step: int) -> RolloutBatch:
+def groups_batch(groups: list, step: int) -> RolloutBatch:
+    """The selector's view of rolled-out groups."""
+    if not groups:
+        raise LzeBenchError("groups_batch needs at least one group")
     return RolloutBatch(
         prompt_ids=np.array([g.prompt_id for g in groups], dtype=np.int64),
         rewards=np.stack([np.asarray(g.rewards, dtype=np.float32) for g in groups]),

@@ -1,0 +1,189 @@
+"""The selector calls of one training step, shared by every backend (selectors.md §0, design.md "One training step").
+
+`run_selection(...)` does, for training step `t`:
+`[begin_epoch]` -> `[probe -> roll out -> observe_probe]` -> round r = 0, 1, ...:
+candidates -> `select_rollout` -> roll out n samples + grade -> `observe` ->
+`select_update`, with more rounds while the decision asks for `more > 0` and
+the backend cap `max_rounds` allows. It returns every decision; what reaches
+the update (kept groups + replayed keys) is the backend's to train. Both
+backends call this one function, so `selector=NAME` makes the same rollout,
+keep and replay decisions on a laptop and on a cluster for the same rewards
+(tests/test_cross_backend.py checks it through each backend's own wiring).
+
+Choices where the specs are silent (ours):
+- data order: lze_bench.data_order.DataOrder, seeded by the run seed only; a
+  step's first round may not span two epochs (`prepare` moves to the next
+  one), and `begin_epoch(e)` runs once, at the start of the step whose first
+  round is in epoch `e`; later rounds take the next ids of the stream;
+- the first round offers `candidates_per_step` (config `data.candidates_per_step`,
+  else the selector's `candidates_per_step(B)`) with budget
+  `rollout_budget(B)`; a later round offers `round_candidates(more)` ids
+  (HIVE: `pool_factor x more`) with budget `more`; `candidate_mode="full"`
+  selectors (astral) see all ids each round and consume `len(ids)` of the stream;
+- a round in which the selector rolls out nothing ends the step (no observe /
+  select_update on an empty batch), except for selectors that sample in
+  rounds (`samples_in_rounds`: greso, hive), whose skip rules can empty a
+  round: they see the empty batch and say how many more to examine;
+- when `max_rounds` stops a selector that still wants more, the step updates
+  on what it kept and `partial` is true; a decision flagged `partial` (the
+  selector's own cap) is passed on;
+- rng: `step_rng(seed, t, TAG, round)` for every selector call.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from lze_bench.errors import LzeBenchError
+from lze_bench.selectors.base import (TAG_BEGIN_EPOCH, TAG_PROBE, TAG_SELECT_ROLLOUT, TAG_SELECT_UPDATE,
+                                     RolloutBatch, UpdateDecision, step_rng)
+
+# rollout(ids, round_index, probe) -> (groups, batch): the backend's groups (any type) in the order of `ids`
+Rollout = Callable[[np.ndarray, int, bool], "tuple[list, RolloutBatch]"]
+
+
+@dataclass
+class Round:
+    index: int
+    ids: np.ndarray  # int64[m] rolled out this round, in the selector's order
+    groups: list  # the backend's groups, one per id
+    batch: RolloutBatch
+    decision: UpdateDecision
+
+
+@dataclass
+class Selection:
+    """Everything the selector decided in one step."""
+
+    step: int
+    epoch: int
+    considered: int = 0
+    probe_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    probe_groups: list = field(default_factory=list)
+    rounds: list = field(default_factory=list)  # [Round]
+    partial: bool = False
+    gen_rounds: int = 0  # select_rollout calls (a round that rolled out nothing counts)
+    time_select_s: float = 0.0
+    time_rollout_s: float = 0.0
+
+    @property
+    def rolled_out(self) -> int:
+        return int(sum(r.ids.size for r in self.rounds))
+
+    def fresh(self) -> list:
+        """(group, kept, round index) for every rolled-out group, in order."""
+        return [(g, bool(k), r.index) for r in self.rounds for g, k in zip(r.groups, r.decision.keep)]
+
+    def kept(self) -> list:
+        return [group for group, keep, _ in self.fresh() if keep]
+
+    def replay_keys(self) -> list:
+        """(prompt_id, gen_step) of stored groups to add, first ask first, each once."""
+        keys = [tuple(map(int, key)) for r in self.rounds for key in r.decision.replay.tolist()]
+        return list(dict.fromkeys(keys))
+
+
+def empty_batch(step: int, n: int) -> RolloutBatch:
+    """The batch of a round that rolled out nothing (samples_in_rounds selectors)."""
+    return RolloutBatch(prompt_ids=np.zeros(0, dtype=np.int64), rewards=np.zeros((0, n), dtype=np.float32),
+                        step=step, response_tokens=np.zeros((0, n), dtype=np.int32),
+                        prompt_tokens=np.zeros(0, dtype=np.int32), response_entropy=np.zeros((0, n), dtype=np.float32))
+
+
+class _Clock:
+    def __init__(self, selection: Selection):
+        self.selection = selection
+
+    def select(self, fn, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.selection.time_select_s += time.perf_counter() - start
+
+    def rollout(self, rollout: Rollout, ids: np.ndarray, round_index: int, probe: bool):
+        start = time.perf_counter()
+        try:
+            return rollout(ids, round_index, probe)
+        finally:
+            self.selection.time_rollout_s += time.perf_counter() - start
+
+
+def begin_step(selector, order, *, seed: int, step: int, first_count: int, begun_epoch: int,
+               selection: Selection) -> int:
+    """Move the data order to this step's epoch and announce a new one; returns the epoch begun."""
+    full = selector.candidate_mode == "full"
+    epoch = order.prepare(0 if full else int(first_count))
+    selection.epoch = epoch
+    if epoch != begun_epoch:
+        _Clock(selection).select(selector.begin_epoch, epoch, step_rng(seed, step, TAG_BEGIN_EPOCH))
+    return epoch
+
+
+def run_selection(selector, order, *, seed: int, step: int, batch_size: int, candidates_per_step: int | None,
+                  max_rounds: int, group_size: int, rollout: Rollout, features=None,
+                  begun_epoch: int = -1) -> tuple[Selection, int]:
+    """One step's selector calls; returns (the decisions, the epoch begun: pass it back next step)."""
+    first_count = int(candidates_per_step or selector.candidates_per_step(int(batch_size)))
+    selection = Selection(step=int(step), epoch=order.epoch)
+    clock = _Clock(selection)
+    begun_epoch = begin_step(selector, order, seed=seed, step=step, first_count=first_count,
+                             begun_epoch=begun_epoch, selection=selection)
+    _probe(selector, seed, step, rollout, clock, selection)
+    count, budget, round_index = first_count, int(selector.rollout_budget(int(batch_size))), 0
+    while True:
+        candidates = (np.arange(order.num_prompts, dtype=np.int64) if selector.candidate_mode == "full"
+                      else order.take(count))
+        selection.considered += int(candidates.size)
+        selection.gen_rounds = round_index + 1
+        ids = _select(selector, order, candidates, budget, seed, step, round_index, features, clock)
+        if ids.size == 0 and not selector.samples_in_rounds:
+            break
+        groups, batch = (clock.rollout(rollout, ids, round_index, False) if ids.size
+                         else ([], empty_batch(step, group_size)))
+        if batch.prompt_ids.tolist() != ids.tolist() or len(groups) != ids.size:
+            raise LzeBenchError("the backend returned groups for other prompts than it was asked to roll out")
+        clock.select(selector.observe, batch)
+        decision = clock.select(selector.select_update, batch, step,
+                                step_rng(seed, step, TAG_SELECT_UPDATE, round_index))
+        if decision.keep.size != ids.size:
+            raise LzeBenchError(f"selector {selector.name!r}: keep mask has {decision.keep.size} entries "
+                                f"for {ids.size} groups")
+        selection.rounds.append(Round(round_index, ids, list(groups), batch, decision))
+        selection.partial |= bool(decision.partial)
+        if decision.more <= 0:
+            break
+        if round_index + 1 >= int(max_rounds):
+            selection.partial = True
+            break
+        budget = int(decision.more)
+        count = selector.round_candidates(budget)
+        round_index += 1
+    return selection, begun_epoch
+
+
+def _select(selector, order, candidates, budget, seed, step, round_index, features, clock) -> np.ndarray:
+    rng = step_rng(seed, step, TAG_SELECT_ROLLOUT, round_index)
+    ids = np.asarray(clock.select(selector.select_rollout, candidates, budget, step, rng, features),
+                     dtype=np.int64).reshape(-1)
+    if ids.size > budget or not np.isin(ids, candidates).all() or np.unique(ids).size != ids.size:
+        raise LzeBenchError(f"selector {selector.name!r} returned ids that are not distinct candidates "
+                            f"within budget {budget} at step {step}")
+    if selector.candidate_mode == "full":
+        order.advance(ids.size)
+    return ids
+
+
+def _probe(selector, seed, step, rollout, clock, selection: Selection) -> None:
+    ids = clock.select(selector.probe, step, step_rng(seed, step, TAG_PROBE))
+    if ids is None or len(ids) == 0:
+        return
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    groups, batch = clock.rollout(rollout, ids, 0, True)
+    selection.probe_ids, selection.probe_groups = ids, list(groups)
+    clock.select(selector.observe_probe, batch)
+
