@@ -45,11 +45,16 @@ def make_rollout(pass_rate, calls=None):
     return rollout
 
 
-def driver_for(name, *, num_prompts=40, batch=4, seed=0, max_rounds=12, short="fill", candidates=None, **config):
+def driver_for(name, *, num_prompts=40, batch=4, seed=0, max_rounds=12, candidates=None, store=None, **config):
     cls = SELECTORS[name]
     selector = build_selector(cls.Config(**config), num_prompts=num_prompts, batch_size=batch)
     return StepDriver(selector, DataOrder(num_prompts, seed), seed=seed, batch_size=batch,
-                      candidates_per_step=candidates, max_rounds=max_rounds, short_batch=short)
+                      candidates_per_step=candidates, max_rounds=max_rounds, group_size=N_SAMPLES, store=store)
+
+
+def run_step(driver, rollout):
+    record = driver.run_step(rollout)
+    return record.kept, record
 
 
 def test_data_order_is_seeded_per_epoch_and_never_spans_epochs():
@@ -67,7 +72,7 @@ def test_data_order_is_seeded_per_epoch_and_never_spans_epochs():
 def test_uniform_one_round_exact_batch_in_data_order():
     driver = driver_for("uniform")
     calls = []
-    kept, record = driver.run_step(make_rollout(lambda i: 0.5, calls))
+    kept, record = run_step(driver, make_rollout(lambda i: 0.5, calls))
     expected = DataOrder(40, 0).permutation(0)[:4].tolist()
     assert calls == [expected]
     assert [g.prompt_id for g in kept] == expected
@@ -88,7 +93,7 @@ def test_dapo_refills_until_the_batch_holds_informative_groups():
     informative = lambda i: 0.5 if i % 10 == 0 else float(i % 2)  # 1 prompt in 10 is informative
     driver = driver_for("dapo", num_prompts=200)
     calls = []
-    kept, record = driver.run_step(make_rollout(informative, calls))
+    kept, record = run_step(driver, make_rollout(informative, calls))
     perm = DataOrder(200, 0).permutation(0)
     assert len(calls[0]) == 12  # gen_batch_size = 3 x 4, all rolled out
     rolled = [i for call in calls for i in call]
@@ -99,39 +104,61 @@ def test_dapo_refills_until_the_batch_holds_informative_groups():
     assert sum(record.kept_flags) == 4 and not record.partial
 
 
-def test_lze_keeps_alive_groups_and_refills_fresh_rounds():
-    # epoch 0: LZE keeps every group with 0 < p < 1; half the prompts are dead
+def test_lze_rolls_out_once_and_trains_only_what_it_kept():
+    # epoch 0: LZE keeps every group with 0 < p < 1; half the prompts are dead: the batch shrinks
     driver = driver_for("lze", num_prompts=100)
     calls = []
-    kept, record = driver.run_step(make_rollout(lambda i: 0.5 if i % 2 else 1.0, calls))
-    assert len(kept) == 4 and all(g.prompt_id % 2 == 1 for g in kept)
-    assert all(len(c) == 4 for c in calls) and record.gen_rounds == len(calls) >= 2
+    kept, record = run_step(driver, make_rollout(lambda i: 0.5 if i % 2 else 1.0, calls))
+    first = DataOrder(100, 0).permutation(0)[:4].tolist()
+    assert calls == [first] and record.gen_rounds == 1  # no refill round
+    assert [g.prompt_id for g in kept] == [i for i in first if i % 2] and record.train_groups == kept
+    assert not record.partial
     rows = rollout_rows(record)
-    assert [r["prompt_id"] for r in rows] == [i for c in calls for i in c]
-    assert sum(r["kept"] for r in rows) == 4
+    assert [r["prompt_id"] for r in rows] == first and sum(r["kept"] for r in rows) == len(kept)
 
 
-def test_short_batch_fill_marks_partial_and_error_refuses():
+def test_dapo_at_its_cap_updates_on_what_it_kept_never_on_dropped_groups():
     dead = lambda i: 0.5 if i == 7 else 1.0
     driver = driver_for("dapo", num_prompts=40, max_gen_batches=1, on_exhaust="partial")
-    kept, record = driver.run_step(make_rollout(dead))
-    assert len(kept) == 4 and record.partial and record.gen_rounds == 1
-    strict = driver_for("dapo", num_prompts=40, short="error", max_gen_batches=1, on_exhaust="partial")
-    with pytest.raises(LzeBenchError, match="kept .* of 4 groups"):
-        strict.run_step(make_rollout(dead))
+    kept, record = run_step(driver, make_rollout(dead))
+    assert record.partial and record.gen_rounds == 1 and len(record.rolled) == 12
+    assert all(np.ptp(g.rewards) > 0 for g in kept) and len(kept) == sum(g.prompt_id == 7 for g in record.rolled)
+    capped = driver_for("dapo", num_prompts=40, max_rounds=2)  # the backend's cap before dapo's own
+    kept, record = run_step(capped, make_rollout(dead))
+    assert record.partial and record.gen_rounds == 2 and len(kept) < 4
+    assert all(np.ptp(g.rewards) > 0 for g in kept)
 
 
-def test_replay_decisions_are_refused():
-    class ReplayAll(SELECTORS["uniform"]):  # a plug-in asking for ASTRAL-style replay
-        def select_update(self, batch, step, rng):
-            from lze_bench.selectors.base import UpdateDecision
+class ReplayAsked(SELECTORS["uniform"]):  # a plug-in asking for ASTRAL-style replay of `self.ask` at step 1
+    ask = None
 
-            return UpdateDecision(keep=np.ones(batch.num_groups, bool), replay=np.array([[1, 0]]))
+    def select_update(self, batch, step, rng):
+        from lze_bench.selectors.base import UpdateDecision
 
-    driver = StepDriver(ReplayAll(num_prompts=10), DataOrder(10, 0), seed=0, batch_size=2,
-                        candidates_per_step=None, max_rounds=2)
-    with pytest.raises(LzeBenchError, match="no rollout store"):
-        driver.run_step(make_rollout(lambda i: 0.5))
+        replay = np.array([self.ask]) if step == 1 and self.ask is not None else np.zeros((0, 2))
+        return UpdateDecision(keep=np.ones(batch.num_groups, bool), replay=replay)
+
+
+def replay_driver(store):
+    return StepDriver(ReplayAsked(num_prompts=10), DataOrder(10, 0), seed=0, batch_size=2, candidates_per_step=1,
+                      max_rounds=2, group_size=N_SAMPLES, store=store)
+
+
+def test_replayed_groups_come_from_the_store_after_the_fresh_ones():
+    from lze_bench.rollout_store import RolloutStore
+
+    driver = replay_driver(RolloutStore(8))
+    first = driver.run_step(make_rollout(lambda i: 0.5))
+    assert first.replayed == [] and first.rolled[0].gen_step == 0
+    driver.selector.ask = (first.rolled[0].prompt_id, 0)
+    second = driver.run_step(make_rollout(lambda i: 0.5))
+    assert second.replayed == [first.rolled[0]] and second.rolled[0].gen_step == 1
+    assert second.train_groups == second.kept + second.replayed
+    no_store = replay_driver(None)
+    no_store.run_step(make_rollout(lambda i: 0.5))
+    no_store.selector.ask = (1, 0)
+    with pytest.raises(LzeBenchError, match="no longer holds"):
+        no_store.run_step(make_rollout(lambda i: 0.5))
 
 
 def test_resume_reproduces_candidates_and_selector_state():
@@ -193,7 +220,7 @@ def test_run_context_ledger_checkpoint_resume_done(tmp_path):
     ctx = RunContext(cfg, num_prompts=30, flops=flops)
     rate = lambda i: (i % 5) / 4
     for global_step in (1, 2):
-        _, record = ctx.driver.run_step(make_rollout(rate))
+        _, record = run_step(ctx.driver, make_rollout(rate))
         row = ctx.write_step(record, STATUS)
         assert row["step"] == global_step - 1
         if ctx.is_checkpoint_step(global_step):
@@ -208,7 +235,7 @@ def test_run_context_ledger_checkpoint_resume_done(tmp_path):
     assert list(ledger["step"]) == [0, 1] and set(LEDGER_COLUMNS) <= set(ledger.columns)
     assert ledger["cum_flops"].iloc[-1] == float(ledger["flops_total"].sum())
     # a third step that is lost (crash before its checkpoint), then resume from step 2
-    _, record = ctx.driver.run_step(make_rollout(rate))
+    _, record = run_step(ctx.driver, make_rollout(rate))
     ctx.write_step(record, STATUS)
     resumed = RunContext(cfg, num_prompts=30, flops=flops)
     resumed.restore({"global_step": 2, "lze": position})
@@ -217,7 +244,7 @@ def test_run_context_ledger_checkpoint_resume_done(tmp_path):
     assert ctx.is_checkpoint_step(3)  # the last step always checkpoints
     with pytest.raises(LzeBenchError, match="stopped after 2 of 3 steps"):
         finish_run(run, 3)
-    _, record = resumed.driver.run_step(make_rollout(rate))
+    _, record = run_step(resumed.driver, make_rollout(rate))
     resumed.write_step(record, STATUS)
     finish_run(run, 3)
     assert is_done(run) and sorted(read_rollouts(run)["step"].unique()) == [0, 1, 2]

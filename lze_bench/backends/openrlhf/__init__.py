@@ -101,8 +101,8 @@ class OpenRLHFBackendConfig:
     loss_agg_mode: str = "token-mean"
     kl_estimator: str = "k3"  # used only when trainer.kl_coef > 0 (KL as a loss)
     # selection hook
-    max_gen_rounds: int = 12  # rounds per training step before the short-batch rule (DAPO's own cap: 10)
-    short_batch: str = "fill"  # fill: top up with rolled-out groups (ledger partial=true) | error
+    max_gen_rounds: int = 12  # backend cap on generation rounds per step (DAPO's own cap: 10); then ledger partial
+    rollout_store_groups: int = -1  # groups kept for replay (astral); -1: selector buffer_size + batch, else 0
     # checkpoints, grading, logging
     ckpt_max_num: int = 2  # DeepSpeed states kept for resume (HF checkpoints are all kept)
     grade_timeout_s: float = 5.0
@@ -126,7 +126,7 @@ class OpenRLHFBackendConfig:
         require(0 < self.vllm_gpu_memory_utilization <= 1, "backend.vllm_gpu_memory_utilization", "must be in (0, 1]")
         require(self.zero_stage in (0, 1, 2, 3), "backend.zero_stage", f"use 0, 1, 2 or 3, got {self.zero_stage}")
         require(self.param_dtype in ("bf16", "fp16"), "backend.param_dtype", "use bf16 or fp16")
-        require(self.short_batch in ("fill", "error"), "backend.short_batch", "use fill or error")
+        require(self.rollout_store_groups >= -1, "backend.rollout_store_groups", "must be >= 0, or -1 (auto)")
         require(self.kl_estimator in ("k1", "k2", "k3"), "backend.kl_estimator", "use k1, k2 or k3")
         require(
             self.loss_agg_mode in ("token-mean", "seq-mean-token-mean"),

@@ -3,12 +3,15 @@
 Passes OpenRLHF 0.11.2 runs per step, and what we charge (lze_bench.flops):
 
 * generation (vLLM), every rolled-out and probed sample:  F(prompt + response)
-* actor old-log-prob forward in `make_experience`, every trained sample (always
-  run, also with one PPO epoch):                            F(L)
-* reference forward, every trained sample, only when `trainer.kl_coef > 0`
+* actor old-log-prob forward in `make_experience`, every sample of the update
+  groups (kept + replayed; it runs before the trim, trim.py), on steps that
+  train at all:                                              F(L)
+* reference forward, the same samples, only when `trainer.kl_coef > 0`
   (OpenRLHF builds no reference model otherwise):           F(L)
-* PPO update, `trainer.ppo_epochs` passes over trained samples: 3 F(L) each;
-  `trained_tokens` counts those passes too (L summed over samples x epochs)
+* PPO update, `trainer.ppo_epochs` passes over the trained samples (after the
+  trim): 3 F(L) each; `trained_tokens` counts those passes too
+* selector feature passes (hive's entropies, astral's embeddings; features.py):
+  `flops_select`, as the policy actor ran them
 
 `L` is the sequence as OpenRLHF trains it (`Experience.total_length`, after its
 truncation to `data.max_len`). Padding and packing overheads are not work on
@@ -38,13 +41,19 @@ def _concat(groups, attribute: str) -> np.ndarray:
 
 def ledger_row(record, status: dict, flops: FlopModel, *, ppo_epochs: int, reference_pass: bool) -> dict:
     """One ledger row (all LEDGER_COLUMNS but the cumulative ones, which Ledger.append fills)."""
+    from lze_bench.selectors.base import STEP_METRICS
+
     generated = list(record.rolled) + list(record.probes)
-    kept = record.kept
-    trained = _concat(kept, "seq_lengths")  # int64[kept x n]
+    kept, groups = record.kept, record.train_groups
+    masks = record.train_masks if record.train_masks is not None else [np.ones(len(g.rewards), bool) for g in groups]
+    updated = any(m.any() for m in masks)  # make_experience ran (on every sample of the update groups)
+    forwarded = _concat(groups, "seq_lengths") if updated else np.zeros(0, dtype=np.int64)
+    trained = np.concatenate([np.asarray(g.seq_lengths, dtype=np.int64)[m] for g, m in zip(groups, masks)]) \
+        if groups else np.zeros(0, dtype=np.int64)
     logprob_passes = 2 if reference_pass else 1
     rewards = np.stack([g.rewards for g in record.rolled]) if record.rolled else np.zeros((0, 1))
-    kept_rewards = np.stack([g.rewards for g in kept]) if kept else np.zeros((0, 1))
     time_update = float(sum(float(status.get(key, 0.0)) for key in UPDATE_TIMINGS))
+    n = len(generated[0].rewards) if generated else 0
     return {
         "step": record.step,
         "epoch": record.epoch,
@@ -52,16 +61,16 @@ def ledger_row(record, status: dict, flops: FlopModel, *, ppo_epochs: int, refer
         "prompts_rolled_out": record.prompts_rolled_out,
         "prompts_probed": record.prompts_probed,
         "groups_kept": len(kept),
-        "groups_replayed": 0,
+        "groups_replayed": len(record.replayed),
         "gen_rounds": record.gen_rounds,
         "samples": int(sum(len(g.rewards) for g in generated)),
         "prompt_tokens": int(_concat(generated, "prompt_tokens").sum()),
         "generated_tokens": int(_concat(generated, "response_tokens").sum()),
         "trained_tokens": int(ppo_epochs) * int(trained.sum()),  # every PPO epoch, as the local backend
         "flops_rollout": flops.generation(_concat(generated, "prompt_tokens"), _concat(generated, "response_tokens")),
-        "flops_logprob": logprob_passes * flops.logprob(trained),
+        "flops_logprob": logprob_passes * flops.logprob(forwarded),
         "flops_train": int(ppo_epochs) * flops.train(trained),
-        "flops_select": 0,  # no feature passes on this backend (selectors needing them are refused)
+        "flops_select": int(record.flops_select),
         "time_rollout_s": record.time_rollout_s,
         "time_grade_s": float(sum(g.grade_time_s for g in generated)),
         "time_select_s": record.time_select_s,
@@ -70,17 +79,20 @@ def ledger_row(record, status: dict, flops: FlopModel, *, ppo_epochs: int, refer
         "time_step_s": record.time_step_s + time_update,
         "reward_mean": float(rewards.mean()) if rewards.size else float("nan"),
         "zero_variance_frac": zero_variance_fraction(rewards),
-        "kept_zero_variance": int(np.sum(kept_rewards.max(axis=1) <= kept_rewards.min(axis=1))) if kept else 0,
+        "kept_zero_variance": int(sum(bool(np.ptp(g.rewards) == 0) for g in groups)),
         "partial": bool(record.partial),
+        **{name: float("nan") for name in STEP_METRICS}, **dict(record.metrics),
+        "responses_kept": len(kept) * n,
+        "responses_trained": int(sum(int(m.sum()) for m in masks[:len(kept)])),  # of the kept groups, as local
     }
 
 
 def rollout_rows(record) -> list[dict]:
     """One row per rolled-out group of the step, every round (probes excluded: they are not training rollouts).
 
-    A prompt can be rolled out twice in one step (refill rounds crossing an
-    epoch boundary); `round` keeps both rows, so the rows always match the
-    ledger's `prompts_rolled_out`.
+    A prompt can be rolled out twice in one step (rounds crossing an epoch
+    boundary); `round` keeps both rows, so the rows always match the ledger's
+    `prompts_rolled_out`.
     """
     rounds = list(record.rounds) or [0] * len(record.rolled)
     return [

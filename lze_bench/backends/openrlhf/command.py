@@ -230,24 +230,20 @@ def check(cfg) -> None:
 
 
 def runnable_selectors() -> list[str]:
-    """Registered selectors this backend runs: those needing no backend features (`requires`)."""
+    """Registered selectors this backend runs: all of them (features: features.py, replay: update.py)."""
     from lze_bench.registry import SELECTORS
 
     import lze_bench.selectors  # noqa: F401  (registers them)
 
-    return sorted(name for name in SELECTORS if not getattr(SELECTORS[name], "requires", ()))
+    return sorted(SELECTORS)
 
 
 def _check_selector(cfg) -> None:
     from lze_bench.registry import SELECTORS
 
     name = cfg.selector.name
-    cls = SELECTORS.get(name)
-    if name not in runnable_selectors() and cls is not None:
-        raise LzeBenchError(
-            f"selector={name} needs {', '.join(cls.requires)} from the backend, which backend=openrlhf does not "
-            "compute yet; use backend=local for this selector"
-        )
+    if name not in SELECTORS:
+        raise LzeBenchError(f"selector={name} is not registered; see `lze-bench selectors`")
 
 
 def _resolve(flag: str, known) -> list[str]:

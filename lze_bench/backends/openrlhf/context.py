@@ -7,10 +7,13 @@ every Ray actor), because OpenRLHF's argparse rejects flags it does not know.
 
 Step numbering (ours, to reconcile with the local backend): ledger and rollout
 rows carry the 0-based index `t` of the training step (= `RolloutBatch.step`
-and the selectors' `step`); the checkpoint taken after update `t` is named
-`checkpoints/step_{t+1:06d}` (= updates done = OpenRLHF's `global_step`; eval
-step 0 is the initial policy). Resuming from checkpoint `S` keeps ledger rows
-`0..S-1`.
+and the selectors' `step`); the checkpoint taken after step `t` is named
+`checkpoints/step_{t+1:06d}` (= training steps done; eval step 0 is the
+initial policy). OpenRLHF's `global_step` counts optimizer steps, which is
+fewer when a step trains nothing (trim.py), so names come from our step count,
+saved in `client_states`. Resuming from checkpoint `S` keeps ledger rows
+`0..S-1`; the replay store (astral) of checkpoint `S` is
+`replay_store/step_{S:06d}.pt`.
 """
 
 from __future__ import annotations
@@ -20,11 +23,15 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
+
 from lze_bench.backends.openrlhf.accounting import ledger_row, rollout_rows
 from lze_bench.backends.openrlhf.selection import StepDriver
+from lze_bench.backends.openrlhf.trim import trained_masks, trim_unit
 from lze_bench.data_order import DataOrder
 from lze_bench.errors import LzeBenchError
 from lze_bench.ledger import Ledger, RolloutLog
+from lze_bench.rollout_store import RolloutStore
 from lze_bench.rundir import checkpoint_dir, mark_checkpoint_complete, selector_state_path
 
 log = logging.getLogger(__name__)
@@ -56,13 +63,32 @@ def build_run_selector(cfg, num_prompts: int):
     return build_selector(node, num_prompts=num_prompts, batch_size=int(cfg.trainer.batch_size))
 
 
+REPLAY_STORE_DIR = "replay_store"
+
+
+def store_capacity(cfg, selector) -> int:
+    """Groups the replay store keeps: `backend.rollout_store_groups`, or (-1) what astral can ask for."""
+    capacity = int(cfg.backend.rollout_store_groups)
+    if capacity >= 0:
+        return capacity
+    # ASTRAL's buffer holds at most buffer_size - floor(sigma*B) older groups plus one step's
+    # fresh groups (<= B), so the newest buffer_size + B prompts cover every key it can ask for
+    buffer_size = int(getattr(selector.config, "buffer_size", 0) or 0)
+    return buffer_size + int(cfg.trainer.batch_size) if buffer_size else 0
+
+
 class RunContext:
-    def __init__(self, cfg, *, num_prompts: int, flops):
+    def __init__(self, cfg, *, num_prompts: int, flops, dp_ranks: int = 1, features=None):
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.total_steps = int(cfg.trainer.steps)
         self.checkpoint_every = int(cfg.trainer.checkpoint_every)
+        self.group_size = int(cfg.trainer.n_samples)
+        self.unit = trim_unit(int(cfg.backend.train_micro_batch_size), int(dp_ranks))
+        self.dp_ranks = int(dp_ranks)
         self.selector = build_run_selector(cfg, num_prompts)
+        self.features = features
+        self.store = RolloutStore(store_capacity(cfg, self.selector))
         self.driver = StepDriver(
             self.selector,
             DataOrder(num_prompts, int(cfg.seed)),
@@ -70,30 +96,72 @@ class RunContext:
             batch_size=int(cfg.trainer.batch_size),
             candidates_per_step=cfg.data.candidates_per_step,
             max_rounds=int(cfg.backend.max_gen_rounds),
-            short_batch=str(cfg.backend.short_batch),
+            group_size=self.group_size,
+            features=features,
+            store=self.store,
         )
         self.flops = flops
         self.ledger = Ledger(self.run_dir)
         self.rollouts = RolloutLog(self.run_dir)
 
     @classmethod
-    def from_env(cls, num_prompts: int) -> "RunContext":
-        """Inside the trainer actor: config from LZE_CONFIG, FLOP model from the policy's HF config."""
+    def from_env(cls, num_prompts: int, *, dp_ranks: int = 1, features_factory=None) -> "RunContext":
+        """Inside the trainer actor: config from LZE_CONFIG, FLOP model from the policy's HF config.
+
+        `features_factory(cfg, flops)` builds the selector's FeatureFn (features.ActorFeatures)."""
         from transformers import AutoConfig
 
         from lze_bench.flops import FlopModel
 
         cfg = load_run_config(os.environ.get(ENV_CONFIG, ""))
         flops = FlopModel.from_hf_config(AutoConfig.from_pretrained(cfg.model.path))
-        return cls(cfg, num_prompts=num_prompts, flops=flops)
+        features = features_factory(cfg, flops) if features_factory is not None else None
+        return cls(cfg, num_prompts=num_prompts, flops=flops, dp_ranks=dp_ranks, features=features)
 
     @property
     def finished(self) -> bool:
         return self.driver.step >= self.total_steps
 
-    def is_checkpoint_step(self, global_step: int) -> bool:
+    @property
+    def steps_done(self) -> int:
+        return self.driver.step
+
+    @property
+    def replays(self) -> bool:
+        return self.store.capacity > 0
+
+    def is_checkpoint_step(self, steps_done: int) -> bool:
         every = self.checkpoint_every
-        return global_step >= self.total_steps or (every > 0 and global_step % every == 0)
+        return steps_done >= self.total_steps or (every > 0 and steps_done % every == 0)
+
+    def needs_response_entropy(self) -> bool:
+        return "response_entropy" in tuple(getattr(self.selector, "requires", ()))
+
+    def add_response_features(self, groups: list) -> None:
+        """Response entropies of freshly rolled-out groups, when the selector uses them (hive)."""
+        if not groups or not self.needs_response_entropy():
+            return
+        if self.features is None:
+            raise LzeBenchError(f"selector={self.selector.name} needs response_entropy; the trainer has no feature passes")
+        from lze_bench.backends.openrlhf.features import response_spans
+
+        experiences = [e for g in groups for e in g.payload]
+        values = self.features.response_entropy(*response_spans(experiences))
+        for g, row in enumerate(np.asarray(values, dtype=np.float32).reshape(len(groups), -1)):
+            groups[g].response_entropy = row
+
+    def plan_update(self, record) -> bool:
+        """Decide which responses of the step's update groups train (trim.py); True if any does."""
+        groups = record.train_groups
+        masks = trained_masks(self.selector, kept_groups=len(record.kept), replayed_groups=len(record.replayed),
+                              n=self.group_size, rolled_out=record.prompts_rolled_out, unit=self.unit,
+                              seed=int(self.cfg.seed), step=record.step)
+        record.train_masks = list(masks)
+        if self.features is not None:
+            flops, seconds = self.features.take_costs()
+            record.flops_select += int(flops)
+            record.time_select_s += float(seconds)
+        return bool(groups) and bool(masks.any())
 
     def write_step(self, record, status: dict) -> dict:
         """Append the step's ledger row and rollout rows (both atomic)."""
@@ -107,27 +175,52 @@ class RunContext:
         self.rollouts.append(record.step, rollout_rows(record))
         return self.ledger.append(row)
 
-    def save_selector_state(self, global_step: int) -> Path:
+    def save_selector_state(self, steps_done: int) -> Path:
         from lze_bench.selectors.base import save_state
 
-        path = selector_state_path(self.run_dir, global_step)
+        path = selector_state_path(self.run_dir, steps_done)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
         save_state(tmp, self.selector.state_dict())
         os.replace(tmp, path)
+        if self.replays:
+            self._save_store(steps_done)
         return path
+
+    def _store_path(self, steps_done: int) -> Path:
+        return self.run_dir / REPLAY_STORE_DIR / f"step_{int(steps_done):06d}.pt"
+
+    def _save_store(self, steps_done: int) -> None:
+        import torch
+
+        path = self._store_path(steps_done)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save({"capacity": self.store.capacity, "groups": list(self.store.groups.values())}, tmp)
+        os.replace(tmp, path)
+
+    def _load_store(self, steps_done: int) -> None:
+        import torch
+
+        path = self._store_path(steps_done)
+        if not path.exists():
+            raise LzeBenchError(f"resume at step {steps_done}: missing replay store {path}; use a new run_dir")
+        self.store.groups.clear()
+        for group in torch.load(path, map_location="cpu", weights_only=False)["groups"]:
+            self.store.put(group)
 
     def client_state(self) -> dict:
         return dict(self.driver.position())
 
     def restore(self, checkpoint_states: dict) -> None:
-        """Resume: data order, step and selector state of the DeepSpeed checkpoint OpenRLHF loaded."""
+        """Resume: data order, step, selector state and replay store of the checkpoint OpenRLHF loaded."""
         global_step = int(checkpoint_states.get("global_step", 0) or 0)
-        if global_step == 0:
+        position = checkpoint_states.get(CLIENT_STATE_KEY)
+        if global_step == 0 and not position:
+            self._begin_features(0)
             self.ledger.truncate_after(-1)
             self.rollouts.truncate_after(-1)
             return
-        position = checkpoint_states.get(CLIENT_STATE_KEY)
         if position is None:
             raise LzeBenchError(
                 f"the OpenRLHF checkpoint in {self.run_dir}/openrlhf/ckpt was not written by lze-bench "
@@ -136,19 +229,29 @@ class RunContext:
         from lze_bench.selectors.base import load_state
 
         self.driver.restore(position)
-        state_path = selector_state_path(self.run_dir, global_step)
+        steps_done = self.steps_done
+        state_path = selector_state_path(self.run_dir, steps_done)
         if not state_path.exists():
-            raise LzeBenchError(f"resume at step {global_step}: missing {state_path}; use a new run_dir")
+            raise LzeBenchError(f"resume at step {steps_done}: missing {state_path}; use a new run_dir")
         self.selector.load_state_dict(load_state(state_path))
-        self.ledger.truncate_after(global_step - 1)
-        self.rollouts.truncate_after(global_step - 1)
-        log.info("resumed at step %d (epoch %d)", global_step, self.driver.order.epoch)
+        if self.replays:
+            self._load_store(steps_done)
+        self._begin_features(steps_done)
+        self.ledger.truncate_after(steps_done - 1)
+        self.rollouts.truncate_after(steps_done - 1)
+        log.info("resumed at step %d (epoch %d)", steps_done, self.driver.order.epoch)
 
-    def adopt_checkpoint(self, global_step: int, hf_dir: Path) -> Path | None:
-        """Move OpenRLHF's `global_step{N}_hf` to checkpoints/step_N and mark it COMPLETE (written last)."""
-        target = checkpoint_dir(self.run_dir, global_step)
+    def _begin_features(self, steps_done: int) -> None:
+        """Tell the feature passes where the run (re)starts (astral's embeddings charge; features.py)."""
+        begin = getattr(self.features, "resume_at", None)
+        if begin is not None:
+            begin(int(steps_done))
+
+    def adopt_checkpoint(self, steps_done: int, hf_dir: Path) -> Path | None:
+        """Move OpenRLHF's `global_step{N}_hf` to checkpoints/step_S (S = steps done), marked COMPLETE last."""
+        target = checkpoint_dir(self.run_dir, steps_done)
         if not Path(hf_dir).is_dir():
-            log.warning("no HF checkpoint at %s for step %d", hf_dir, global_step)
+            log.warning("no HF checkpoint at %s for step %d", hf_dir, steps_done)
             return None
         if target.exists():  # a rerun of the same step after a requeue: the newer save wins
             shutil.rmtree(target)

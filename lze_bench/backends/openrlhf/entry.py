@@ -10,7 +10,9 @@ is exactly what `lze-bench train backend=openrlhf --dry-run` prints. It
    every actor (trainer, vLLM, DeepSpeed) sees them; OpenRLHF's `train()` then
    skips its own `ray.init`;
 3. replaces `openrlhf.trainer.ppo_trainer.PPOTrainer` by `ray.remote(LzePPOTrainer)`
-   (`train()` imports it lazily, at call time);
+   (`train()` imports it lazily, at call time) and OpenRLHF's policy actor by
+   ours (actor.py: per-step batch size, feature passes) before the CLI module
+   imports it;
 4. runs `openrlhf.cli.train_ppo_ray` as `__main__` with the flags as argv:
    OpenRLHF's own parser, validation and `train()` run unchanged;
 5. when it returns, checks the ledger is complete, compacts the rollout log and
@@ -57,14 +59,17 @@ def actor_env(cfg, config_path: str) -> dict[str, str]:
 
 
 def install_trainer():
-    """Make OpenRLHF's `train()` build our trainer; returns the ActorClass installed."""
+    """Make OpenRLHF's `train()` build our trainer and policy actors; returns the trainer ActorClass."""
     import ray
     import openrlhf.trainer.ppo_trainer as ppo_trainer_module
+    import openrlhf.trainer.ray.ppo_actor as ppo_actor_module
 
+    from lze_bench.backends.openrlhf.actor import make_policy_actor
     from lze_bench.backends.openrlhf.trainer import LzePPOTrainer
 
     actor_class = ray.remote(LzePPOTrainer)
     ppo_trainer_module.PPOTrainer = actor_class
+    ppo_actor_module.PolicyModelActor = make_policy_actor(ppo_actor_module.PolicyModelActor)
     return actor_class
 
 

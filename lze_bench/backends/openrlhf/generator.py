@@ -12,9 +12,14 @@ every selector, and prompts are fetched by id from OpenRLHF's own
 dispatches only the ids `select_rollout` chose with OpenRLHF's
 `_dispatch_prompts_to_vllm`, turns each response into an `Experience` with
 `_process_response_into_experience`, and hands the groups to the selector
-(selection.StepDriver). The call returns exactly `rollout.batch_size` groups
-(n consecutive samples each), so `generate_samples`' buffer, vLLM sleep/wake and
-the experience maker stay OpenRLHF's; after `trainer.steps` steps it returns
+(selection.StepDriver, the same selector calls as the local backend). The call
+returns the samples of the step's update groups (kept, then replayed; n
+consecutive samples each, at most `rollout.batch_size` groups), so
+`generate_samples`' buffer, vLLM sleep/wake and the experience maker stay
+OpenRLHF's. The trainer (context.plan_update) has already decided which of
+their responses train (trim.py); a step where none does gets its ledger row
+here and the next step runs in the same call (OpenRLHF's fit would otherwise
+skip it without a ledger hook). After `trainer.steps` steps it returns
 `([], 0, True)`, which ends OpenRLHF's `fit` loop.
 """
 
@@ -77,13 +82,15 @@ class LzeSamplesGenerator(SamplesGenerator):
                 f"OpenRLHF asked for {num_prompts} prompts, the selector's batch is {driver.batch_size}; "
                 "do not pass --rollout.vllm_generate_batch_size"
             )
-        groups, record = driver.run_step(lambda ids: self._rollout(ids, **generate_kwargs))
-        experiences = [e for group in groups for e in group.payload]
-        n = self.args.rollout.n_samples_per_prompt
-        if len(experiences) != driver.batch_size * n:  # the exact-batch invariant (openrlhf.md §9)
-            raise LzeBenchError(f"step {record.step}: {len(experiences)} samples, expected {driver.batch_size * n}")
-        self.records.append(record)
-        return experiences, record.prompts_considered, False
+        considered = 0
+        while not self.context.finished:
+            record = driver.run_step(lambda ids: self._rollout(ids, **generate_kwargs))
+            considered += record.prompts_considered
+            if self.context.plan_update(record):
+                self.records.append(record)
+                return [e for group in record.train_groups for e in group.payload], considered, False
+            self.context.write_step(record, {})  # nothing trains this step: its row now, no optimizer step
+        return [], considered, True
 
     def _rollout(self, ids: np.ndarray, **generate_kwargs) -> list:
         """Generate and grade n responses for each id; one Group per id, in order."""
@@ -96,7 +103,14 @@ class LzeSamplesGenerator(SamplesGenerator):
         for prompt_id, samples in zip(ids, responses):
             experiences = [self._process_response_into_experience(r, **generate_kwargs) for r in samples]
             groups.append(group_from_experiences(int(prompt_id), experiences))
+        self.context.add_response_features(groups)
         return groups
+
+    def pending_record(self):
+        """The record of the step whose samples the experience maker is processing."""
+        if not self.records:
+            raise LzeBenchError("OpenRLHF made experiences for a step the selector did not produce")
+        return self.records[0]
 
     def take_record(self):
         """The record of the step just trained (called once per OpenRLHF step)."""

@@ -46,6 +46,8 @@ class Group:
     payload: Any = None  # the backend's samples (OpenRLHF: list[Experience])
     grade_time_s: float = 0.0  # summed over responses (grading runs inside the vLLM actors)
     gen_step: int = -1  # the training step that generated it (replay key)
+    response_entropy: np.ndarray | None = None  # float32[n], when the selector uses it (hive; features.py)
+    behaviour_logprobs: list | None = None  # n x log mu per response token, kept for replay (update.py)
 
     @property
     def prompt_tokens(self) -> np.ndarray:  # int64[n]
@@ -159,4 +161,6 @@ def groups_batch(groups: list, step: int) -> RolloutBatch:
         step=step,
         response_tokens=np.stack([np.asarray(g.response_tokens, dtype=np.int32) for g in groups]),
         prompt_tokens=np.array([int(g.prompt_tokens[0]) for g in groups], dtype=np.int32),
+        response_entropy=(np.stack([np.asarray(g.response_entropy, dtype=np.float32) for g in groups])
+                          if all(g.response_entropy is not None for g in groups) else None),
     )

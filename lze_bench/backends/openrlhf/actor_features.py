@@ -1,0 +1,5 @@
+"""Placeholder, replaced by the feature passes (branch ifeat)."""
+
+
+class FeatureActorMixin:
+    pass
