@@ -142,8 +142,6 @@ def test_kl_adds_reference_model_and_kl_loss(tmp_path):
         (["trainer.max_new_tokens=4096"], "backend.max_len: 4096 must exceed trainer.max_new_tokens=4096"),
         (["backend.colocate_all=false"], "sleep modes need backend.colocate_all=true"),
         (["backend.gpus_per_node=null", "launcher.gpus_per_node=0"], "backend.gpus_per_node: backend=openrlhf needs"),
-        (["selector=hive"], "selector=hive needs prompt_entropy"),
-        (["selector=astral"], "selector=astral needs prompt_embedding"),
         (["model=tiny"], "model: backend=openrlhf trains a Hugging Face model"),
         (["backend.extra_args=[--train.async_enable]"], "--train.async_enable is not supported"),
         (["backend.extra_args=[--algo.dynamic_filtering_enable]"], "the selector replaces OpenRLHF's dynamic"),
@@ -164,6 +162,23 @@ def test_extra_args_pass_through_verbatim(tmp_path):
     cfg = compose("train", recipe_overrides(extra=["backend.extra_args=[--actor.entropy_coef,0.0]"]))
     flags = openrlhf_flags(cfg, RunPaths(tmp_path))
     assert flags[-2:] == ["--actor.entropy_coef", "0.0"]
+
+
+def every_selector():
+    from lze_bench.registry import SELECTORS
+
+    import lze_bench.selectors  # noqa: F401  (registers them)
+
+    return sorted(SELECTORS)
+
+
+@pytest.mark.parametrize("selector", every_selector())
+def test_dry_run_works_for_every_registered_selector(tmp_path, selector):
+    run = tmp_path / "run"
+    result = CliRunner().invoke(app, ["train", *recipe_overrides(extra=["launcher=local", f"run_dir={run}",
+                                                                        f"selector={selector}"]), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "lze_bench.backends.openrlhf.entry" in result.output and not run.exists()
 
 
 def test_dry_run_cli_prints_exact_command(tmp_path):

@@ -75,7 +75,8 @@ def backend_selectors() -> list[str]:
     return runnable_selectors()
 
 
-STEPS, BATCH, N, MICRO, EPOCHS = 3, 2, 4, 4, 2
+# n = 3 with micro-batches of 2: a shrunk update of one group (3 responses) is trimmed to 2 (trim.py)
+STEPS, BATCH, N, MICRO, EPOCHS = 3, 2, 3, 2, 2
 COMPARED = ["step", "epoch", "prompts_considered", "prompts_rolled_out", "groups_kept", "gen_rounds", "samples",
             "prompt_tokens", "generated_tokens", "trained_tokens", "flops_rollout", "flops_logprob", "flops_train",
             "flops_total", "cum_flops", "partial"]
@@ -139,27 +140,39 @@ def test_openrlhf_fit_loop_on_cpu(world, selector, tmp_path):
     ledger = read_ledger(run)
     assert list(ledger["step"]) == list(range(STEPS))
     assert set(LEDGER_COLUMNS) <= set(ledger.columns)
-    for step in range(1, STEPS + 1):
-        assert (checkpoint_dir(run, step) / "COMPLETE").exists()
-        assert (checkpoint_dir(run, step) / "config.json").exists()
     # counts: ledger == rollout log == what the policy actor trained
     rollouts = read_rollouts(run)
     assert set(ROLLOUT_COLUMNS) <= set(rollouts.columns)
     for row in ledger.itertuples():
         rows = rollouts[rollouts["step"] == row.step]
         assert len(rows) == row.prompts_rolled_out
-        assert int(rows["kept"].sum()) == row.groups_kept == BATCH
-        assert row.samples == N * row.prompts_rolled_out
-        assert row.generated_tokens == sum(sum(t) for t in rows["response_tokens"])
+        assert int(rows["kept"].sum()) == row.groups_kept <= BATCH  # never padded with dropped groups
+        assert row.groups_kept + row.groups_replayed <= BATCH
+        assert row.samples == N * (row.prompts_rolled_out + row.prompts_probed)
+        assert row.generated_tokens >= sum(sum(t) for t in rows["response_tokens"])
+        assert row.responses_kept == N * row.groups_kept
         if selector == "uniform":
-            assert row.prompts_rolled_out == BATCH and row.gen_rounds == 1
-    # what OpenRLHF delivered to the policy actor: whole micro-batches, the kept groups, every PPO epoch's tokens
+            assert row.prompts_rolled_out == row.groups_kept == BATCH and row.gen_rounds == 1
+        if selector in ("dapo", "greso", "hive"):  # dynamic sampling keeps informative groups only
+            kept = rows[rows["kept"]]
+            assert all(max(r) > min(r) for r in kept["rewards"])
+        if selector.startswith("lze"):
+            assert row.gen_rounds == 1  # one rollout, the update shrinks
+    # what OpenRLHF delivered to the policy actor: whole micro-batches of the trimmed update, every PPO epoch
     trained = [json.loads(line) for line in (run / "openrlhf" / "policy_log.jsonl").read_text().splitlines()]
-    assert [t["update"] for t in trained] == list(range(1, STEPS + 1))
-    for row, update in zip(ledger.itertuples(), trained):
-        assert update["samples"] == row.groups_kept * N and update["epochs"] == EPOCHS
-        assert update["micro_batches"] == [MICRO] * (row.groups_kept * N // MICRO) * EPOCHS
+    updating = ledger[ledger["trained_tokens"] > 0]
+    assert [t["update"] for t in trained] == list(range(1, len(updating) + 1))
+    for row, update in zip(updating.itertuples(), trained):
+        replayed = row.groups_replayed * N  # unit 2 may trim them too: at most one response less in all
+        assert row.responses_trained + replayed - 1 <= update["samples"] <= row.responses_trained + replayed
+        assert update["samples"] % MICRO == 0 and update["epochs"] == EPOCHS
+        assert update["micro_batches"] == [MICRO] * (update["samples"] // MICRO) * EPOCHS
         assert row.trained_tokens == update["tokens"] > 0
+        assert update["recentred"] == (selector == "astral")  # replay re-centres every sample, nothing else does
+    for step in range(1, STEPS + 1):
+        if step == STEPS or ledger["trained_tokens"].iloc[step - 1] > 0:
+            assert (checkpoint_dir(run, step) / "COMPLETE").exists()
+            assert (checkpoint_dir(run, step) / "config.json").exists()
     # the weights changed
     import torch
     from transformers import AutoModelForCausalLM
@@ -168,12 +181,13 @@ def test_openrlhf_fit_loop_on_cpu(world, selector, tmp_path):
     after = AutoModelForCausalLM.from_pretrained(checkpoint_dir(run, STEPS)).state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
 
-    # crash before update 3 (after step index 1 is checkpointed), then the same command again
+    # crash before the last update (astral: its replay store, hive: its entropy history resume too), then again
     crashed = tmp_path / "crashed"
-    done = run_job(world, selector, crashed, crash_at_update=2)
+    done = run_job(world, selector, crashed, crash_at_update=len(trained) - 1)
     assert done.returncode != 0 and not (crashed / "DONE").exists()
     assert "injected crash" in done.stdout + done.stderr
-    assert list(read_ledger(crashed)["step"]) == [0, 1]
+    before = read_ledger(crashed)
+    assert len(before) < STEPS and before["step"].tolist() == list(range(len(before)))
     ok(run_job(world, selector, crashed))
     resumed = read_ledger(crashed)
     pd.testing.assert_frame_equal(resumed[COMPARED], ledger[COMPARED])

@@ -225,14 +225,15 @@ def test_generate_samples_returns_exact_groups_in_our_data_order(ray_local, tmp_
     assert row["flops_train"] == 3 * B * N * (200 * seq + 32 * seq * (seq + 1))
 
 
-def test_generate_samples_refills_for_lze_and_stops_after_trainer_steps(ray_local, tmp_path, monkeypatch):
+def test_generate_samples_shrinks_for_lze_and_stops_after_trainer_steps(ray_local, tmp_path, monkeypatch):
     generator, context = build_generator(ray_local, tmp_path, monkeypatch, "lze")
     for _ in range(STEPS):
         samples, _, consumed, exhausted = generator.generate_samples(**GENERATE_KWARGS)
         ids = [json.loads(s.labels[0])["id"] for s in samples]
-        assert len(samples) == B * N and all(i % 2 == 1 for i in ids)  # epoch 0: only alive groups kept
+        assert 0 < len(samples) < B * N and all(i % 2 == 1 for i in ids)  # epoch 0: only alive groups, no refill
         record = generator.take_record()
-        assert record.gen_rounds >= 2 and consumed == record.prompts_considered
+        assert record.gen_rounds == 1 and consumed == record.prompts_considered == B
+        assert len(samples) == N * len(record.kept) and record.train_masks is not None
         context.write_step(record, {})
     samples, _, consumed, exhausted = generator.generate_samples(**GENERATE_KWARGS)
     assert samples == [] and consumed == 0 and exhausted

@@ -29,20 +29,19 @@ from lze_bench.errors import LzeBenchError
 
 def _items_in_order(experiences: list) -> list:
     """The single-sample Experiences, indexed by their position in the rollout samples."""
-    from openrlhf.trainer.ppo_utils.experience import split_experience_batch
+    from openrlhf.trainer.ppo_utils.experience import remove_padding_in_sequences, split_experience_batch
 
     by_index = {}
     for batched in experiences:
         indices = list(batched.index)  # split_experience_batch clears it
-        for index, item in zip(indices, split_experience_batch(batched)):
+        # each sample at its own length (as the actors' replay buffer keeps it), so stored log-probs fit it later
+        for index, item in zip(indices, remove_padding_in_sequences(split_experience_batch(batched))):
             by_index[int(index)] = item
     return [by_index[i] for i in range(len(by_index))]
 
 
 def shape_update(experiences: list, record, *, n: int, dp_ranks: int, replay: bool) -> list:
     """The trained Experiences, one batched Experience per DP rank (empty list: nothing trains)."""
-    from openrlhf.trainer.ppo_utils.experience import make_experience_batch
-
     groups = record.train_groups
     items = _items_in_order(experiences)
     if len(items) != len(groups) * n:
@@ -57,7 +56,20 @@ def shape_update(experiences: list, record, *, n: int, dp_ranks: int, replay: bo
     if len(trained) % dp_ranks:
         raise LzeBenchError(f"step {record.step}: {len(trained)} trained samples do not split over {dp_ranks} ranks")
     share = len(trained) // dp_ranks
-    return [make_experience_batch(trained[r * share:(r + 1) * share]) for r in range(dp_ranks)]
+    return [_batch(trained[r * share:(r + 1) * share]) for r in range(dp_ranks)]
+
+
+def _batch(items: list):
+    """OpenRLHF's `make_experience_batch`, with per-sample info tensors stacked as the experience maker has them
+    (its own merge leaves 0-d tensors in a list, which `_compute_rollout_stats` cannot concatenate)."""
+    import torch
+    from openrlhf.trainer.ppo_utils.experience import make_experience_batch
+
+    batched = make_experience_batch(items)
+    for key, values in batched.info.items():
+        if isinstance(values, list) and values and all(isinstance(v, torch.Tensor) for v in values):
+            batched.info[key] = torch.stack([v.reshape(()) for v in values])
+    return batched
 
 
 def _recentre(items: list, groups: list, fresh_groups: int, n: int) -> None:
@@ -69,4 +81,7 @@ def _recentre(items: list, groups: list, fresh_groups: int, n: int) -> None:
             raise LzeBenchError(f"replayed group (prompt {group.prompt_id}, step {group.gen_step}) has no stored "
                                 "behaviour log-probs")
         for item, mu in zip(samples, group.behaviour_logprobs):
+            if mu.shape != item.action_log_probs.shape:
+                raise LzeBenchError(f"prompt {group.prompt_id}: stored log-probs {tuple(mu.shape)} do not match the "
+                                    f"sample's actions {tuple(item.action_log_probs.shape)}")
             item.rollout_log_probs = mu.to(item.action_log_probs.dtype).clone()

@@ -70,10 +70,15 @@ class _CpuPolicyActor(BaseModelActor):
         adam = args.actor.adam
         self.optimizer = torch.optim.Adam(self.actor.parameters(), lr=adam.lr, betas=tuple(adam.betas),
                                           weight_decay=adam.weight_decay)
+        advantage = args.algo.advantage  # the IS correction astral's replay uses, as OpenRLHF's ActorPPOTrainer
         self.loss_fn = PolicyLoss(
             clip_eps_low=args.actor.eps_clip_low_high[0],
             clip_eps_high=args.actor.eps_clip_low_high[1],
             token_level_loss=args.actor.loss_agg_mode == "token-mean",
+            is_correction_level=advantage.is_correction_level,
+            is_correction_mode=advantage.is_correction_mode,
+            is_correction_gating=advantage.is_correction_gating,
+            is_correction_threshold=advantage.is_correction_threshold,
         )
         self.buffer = _cpu_replay_buffer(args.train.micro_batch_size)
         self.updates = 0
@@ -119,16 +124,19 @@ class _CpuPolicyActor(BaseModelActor):
                 sizes.append(int(batch.sequences.shape[0]))
                 log_probs = self.actor(batch.sequences, batch.action_mask, attention_mask=batch.attention_mask)
                 loss, *_ = self.loss_fn(log_probs, batch.action_log_probs, batch.advantages,
-                                        action_mask=batch.action_mask, batch_num_tokens=tokens)
+                                        action_mask=batch.action_mask, rollout_log_probs=batch.rollout_log_probs,
+                                        batch_num_tokens=tokens)
                 loss.backward()
                 losses.append(float(loss))
             if self.args.actor.max_norm > 0:
                 torch.nn.utils.clip_grad_norm_(self.actor.parameters(), self.args.actor.max_norm)
             self.optimizer.step()
+        recentred = bool(samples) and self.buffer.items[0].rollout_log_probs is not None
         self.buffer.clear()
         self.updates += 1
         line = {"update": self.updates, "samples": samples, "micro_batches": sizes, "tokens": seen_tokens,
-                "epochs": int(self.args.train.max_epochs)}
+                "epochs": int(self.args.train.max_epochs),
+                "recentred": recentred}
         with open(Path(self.args.ckpt.path).parent / POLICY_LOG, "a") as handle:
             handle.write(json.dumps(line) + "\n")
         return {"policy_loss": sum(losses), "actor_lr": self.optimizer.param_groups[0]["lr"]}
