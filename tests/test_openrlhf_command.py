@@ -305,3 +305,17 @@ def test_prepare_writes_config_prompts_and_the_exact_argv(tmp_path):
     mark_done(run)
     with pytest.raises(LzeBenchError, match="holds a finished run"):
         prepare(compose("train", overrides))
+
+
+def test_only_replaying_selectors_get_the_re_centred_loss(tmp_path):
+    def flags_for(selector, *extra):
+        cfg = compose("train", recipe_overrides(extra=[f"selector={selector}", *extra]))
+        return flag_map(openrlhf_flags(cfg, RunPaths(tmp_path)))
+
+    astral = flags_for("astral")
+    assert astral["--algo.advantage.is_correction_level"] == ["token"]
+    assert astral["--algo.advantage.is_correction_mode"] == ["clip"]
+    assert astral["--algo.advantage.is_correction_threshold"] == ["0", "1e30"]
+    for selector in ("uniform", "lze", "hive"):
+        assert "--algo.advantage.is_correction_level" not in flags_for(selector)
+    assert "--algo.advantage.is_correction_level" not in flags_for("astral", "backend.rollout_store_groups=0")
