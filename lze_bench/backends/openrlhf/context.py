@@ -134,6 +134,11 @@ class RunContext:
         every = self.checkpoint_every
         return steps_done >= self.total_steps or (every > 0 and steps_done % every == 0)
 
+    def begin_step(self) -> None:
+        """Before the driver runs the next step: the feature passes book their costs against it."""
+        if self.features is not None:
+            self.features.step = self.driver.step
+
     def needs_response_entropy(self) -> bool:
         return "response_entropy" in tuple(getattr(self.selector, "requires", ()))
 

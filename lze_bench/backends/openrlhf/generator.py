@@ -84,6 +84,7 @@ class LzeSamplesGenerator(SamplesGenerator):
             )
         considered = 0
         while not self.context.finished:
+            self.context.begin_step()
             record = driver.run_step(lambda ids: self._rollout(ids, **generate_kwargs))
             considered += record.prompts_considered
             if self.context.plan_update(record):

@@ -77,10 +77,12 @@ class LzePPOTrainer(BasePPOTrainer):
             return [tokenizer(dataset.prompts[int(i)], add_special_tokens=False)["input_ids"] for i in ids]
 
         return ActorFeatures(self._call_actors, prompt_tokens, flops, float(cfg.trainer.temperature),
-                             Path(cfg.run_dir), len(dataset), dp_ranks(self.args))
+                             Path(cfg.run_dir), len(dataset), dp_ranks(self.args),
+                             micro_batch_size=int(self.args.rollout.micro_batch_size))
 
     def _call_actors(self, method_name: str, **lists):
-        """Run `method_name` on the policy ranks, lists dealt in order; the per-item results, in order."""
+        """Run `method_name` on the policy ranks, once per list item (OpenRLHF's `execute_batch`), items dealt
+        in order; the per-item results, in order."""
         group = self.actor_model_group
         refs = group.async_run_method_batch(method_name=method_name, **lists)
         duplicate = int(self.args.ds.ring_attn_size) * int(self.args.ds.tensor_parallel_size)
