@@ -79,7 +79,7 @@ def backend_selectors() -> list[str]:
 STEPS, BATCH, N, MICRO, EPOCHS = 3, 2, 3, 2, 2
 COMPARED = ["step", "epoch", "prompts_considered", "prompts_rolled_out", "groups_kept", "gen_rounds", "samples",
             "prompt_tokens", "generated_tokens", "trained_tokens", "flops_rollout", "flops_logprob", "flops_train",
-            "flops_total", "cum_flops", "partial"]
+            "flops_total", "cum_flops", "partial", "groups_replayed", "flops_select", "responses_trained"]
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +158,10 @@ def test_openrlhf_fit_loop_on_cpu(world, selector, tmp_path):
             assert all(max(r) > min(r) for r in kept["rewards"])
         if selector.startswith("lze"):
             assert row.gen_rounds == 1  # one rollout, the update shrinks
+    if selector in ("hive", "astral"):  # entropies / embeddings from the policy actor, booked
+        assert (ledger["flops_select"] > 0).any()
+    if selector == "astral":  # round 1 (step mu = 2) replays stored groups
+        assert ledger["groups_replayed"].iloc[2] > 0 and ledger["prompts_probed"].iloc[0] > 0
     # what OpenRLHF delivered to the policy actor: whole micro-batches of the trimmed update, every PPO epoch
     trained = [json.loads(line) for line in (run / "openrlhf" / "policy_log.jsonl").read_text().splitlines()]
     updating = ledger[ledger["trained_tokens"] > 0]
