@@ -106,6 +106,22 @@ def _place(values: list, plens, width: int, device):
     return out.to(device)
 
 
+def replay_clip_loss(logp, old_logp, mu_logp, adv, eps_low: float, eps_high: float):
+    """Per-token ASTRAL loss (selectors.md §3) and where its clip binds: (float[B, T], bool[B, T]).
+
+    `r = exp(logp - mu_logp)`, `r_old = exp(old_logp - mu_logp)`;
+    `max(-A·r, -A·clip(r, r_old(1 - eps_low), r_old(1 + eps_high)))`. A pure tensor
+    function so the OpenRLHF backend's loss can be checked against it on the same
+    tensors (tests/test_openrlhf_replay_loss.py); `adv` broadcasts ([B, 1]).
+    """
+    import torch
+
+    ratio, ratio_old = torch.exp(logp - mu_logp), torch.exp(old_logp - mu_logp)
+    low, high = ratio_old * (1 - eps_low), ratio_old * (1 + eps_high)
+    per_token = torch.maximum(-adv * ratio, -adv * torch.minimum(torch.maximum(ratio, low), high))
+    return per_token, (ratio < low) | (ratio > high)
+
+
 def grpo_update(model, optimizer, groups: list[Group], trainer_cfg, flop_model, pad_id: int, ref_model=None) -> UpdateStats:
     """One GRPO update on `groups`; returns counts for the ledger."""
     import torch
@@ -144,10 +160,9 @@ def grpo_update(model, optimizer, groups: list[Group], trainer_cfg, flop_model, 
             old = old_logp[c]
             mu = torch.where(torch.as_tensor(replayed[idx], device=device)[:, None],
                              _place([mus[i] for i in idx], plens[idx], logp.shape[1], device), old)
-            ratio, ratio_old = torch.exp(logp - mu), torch.exp(old - mu)
             adv = torch.as_tensor(advs[idx], device=device)[:, None]
-            low, high = ratio_old * (1 - trainer_cfg.clip_eps_low), ratio_old * (1 + trainer_cfg.clip_eps_high)
-            per_token = torch.maximum(-adv * ratio, -adv * torch.minimum(torch.maximum(ratio, low), high))
+            per_token, clipped_tokens = replay_clip_loss(logp, old, mu, adv, trainer_cfg.clip_eps_low,
+                                                         trainer_cfg.clip_eps_high)
             if ref_logp[c] is not None:
                 delta = ref_logp[c] - logp
                 kl = torch.exp(delta) - delta - 1.0
@@ -156,7 +171,7 @@ def grpo_update(model, optimizer, groups: list[Group], trainer_cfg, flop_model, 
             loss = (per_token * mask).sum() / total_tokens
             loss.backward()
             loss_sum += float(loss.detach())
-            clipped += float((((ratio < low) | (ratio > high)).float() * mask).sum())
+            clipped += float((clipped_tokens.float() * mask).sum())
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
                                               trainer_cfg.grad_clip if trainer_cfg.grad_clip > 0 else float("inf"))
         optimizer.step()
