@@ -315,7 +315,7 @@ def test_only_replaying_selectors_get_the_re_centred_loss(tmp_path):
     astral = flags_for("astral")
     assert astral["--algo.advantage.is_correction_level"] == ["token"]
     assert astral["--algo.advantage.is_correction_mode"] == ["clip"]
-    assert astral["--algo.advantage.is_correction_threshold"] == ["0", "1e30"]
+    assert astral["--algo.advantage.is_correction_threshold"] == ["0", "inf"]
     for selector in ("uniform", "lze", "hive"):
         assert "--algo.advantage.is_correction_level" not in flags_for(selector)
     assert "--algo.advantage.is_correction_level" not in flags_for("astral", "backend.rollout_store_groups=0")

@@ -145,7 +145,9 @@ def openrlhf_flags(cfg, paths: RunPaths) -> list[str]:
         flags.append("--algo.kl.use_loss")
         add("--algo.kl.estimator", b.kl_estimator)
     if replays(cfg):  # astral: loss re-centred on the replayed groups' behaviour log-probs (update.py)
-        flags.extend(replay_loss_flags())
+        from lze_bench.backends.openrlhf.replay_loss import replay_is_flags
+
+        flags.extend(replay_is_flags())
     add("--train.seed", cfg.seed)
     add("--data.prompt_dataset", str(paths.prompts))
     add("--data.input_key", "input")
@@ -172,19 +174,6 @@ def replays(cfg) -> bool:
     """Whether the run keeps a replay store (context.store_capacity > 0): astral, or a store asked for."""
     store = int(cfg.backend.rollout_store_groups)
     return store > 0 or (store < 0 and bool(cfg.selector.get("buffer_size", 0)))
-
-
-def replay_loss_flags() -> list[str]:
-    """OpenRLHF's token-level IS correction as ASTRAL's re-centred clip (selectors.md §3).
-
-    With `rollout_log_probs` = log mu (update.py), PolicyLoss multiplies the PPO
-    loss on `pi / pi_old` by `clamp(pi_old / mu, low, high)`; since r_old =
-    pi_old / mu > 0, `r_old * max(-A pi/pi_old, -A clip(pi/pi_old, 1-e, 1+e))`
-    is exactly `max(-A r, -A clip(r, r_old(1-e), r_old(1+e)))` with r = pi / mu,
-    as long as the clamp never binds: bounds (0, 1e30). Fresh samples get
-    mu = pi_old, a weight of exactly 1."""
-    return ["--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_mode", "clip",
-            "--algo.advantage.is_correction_gating", "ratio", "--algo.advantage.is_correction_threshold", "0", "1e30"]
 
 
 def driver_argv(cfg, paths: RunPaths, python: str | None = None) -> list[str]:

@@ -73,9 +73,14 @@ def _batch(items: list):
 
 
 def _recentre(items: list, groups: list, fresh_groups: int, n: int) -> None:
+    """rollout_log_probs := log mu per sample (replay_loss.recentre_rollout_logprobs): pi_old for fresh samples,
+    whose pi_old is kept on the group for a later replay, the stored log mu for replayed ones."""
+    from lze_bench.backends.openrlhf.replay_loss import recentre_rollout_logprobs
+
     for g, group in enumerate(groups):
         samples = items[g * n:(g + 1) * n]
-        if g < fresh_groups:
+        replayed = g >= fresh_groups
+        if not replayed:
             group.behaviour_logprobs = [item.action_log_probs.detach().clone() for item in samples]
         elif getattr(group, "behaviour_logprobs", None) is None:
             raise LzeBenchError(f"replayed group (prompt {group.prompt_id}, step {group.gen_step}) has no stored "
@@ -84,4 +89,5 @@ def _recentre(items: list, groups: list, fresh_groups: int, n: int) -> None:
             if mu.shape != item.action_log_probs.shape:
                 raise LzeBenchError(f"prompt {group.prompt_id}: stored log-probs {tuple(mu.shape)} do not match the "
                                     f"sample's actions {tuple(item.action_log_probs.shape)}")
-            item.rollout_log_probs = mu.to(item.action_log_probs.dtype).clone()
+            item.rollout_log_probs = recentre_rollout_logprobs(item.action_log_probs[None], mu[None], [replayed],
+                                                               item.action_mask[None])[0]
