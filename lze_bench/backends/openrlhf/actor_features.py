@@ -1,77 +1,130 @@
-"""No-grad feature passes on an OpenRLHF policy actor rank (run inside the Ray actor; features.py asks).
+"""Selector features computed inside OpenRLHF's policy actors (one mixin; every DP rank runs it).
 
-Both take token sequences with one span each and run the rank's HF causal LM
-in right-padded micro-batches (`rollout.micro_batch_size`):
-* `lze_entropy`: mean over logit positions p in [start, end) of the
-  full-vocabulary entropy of softmax(logits_p / T) (logits at p predict token
-  p + 1), float32 math, as the local backend's sampler and features.py;
-* `lze_mean_hidden`: mean over token positions [start, end) of the last
-  hidden state (HF `hidden_states[-1]`, after the final norm).
-Every rank gets the same number of sequences (features.py pads the lists), so
-ZeRO-3's collective parameter gathers line up.
+`FeatureActorMixin` is a base of our policy actor classes (the real
+`PolicyModelActor` subclass on a GPU, `_CpuPolicyActor` in the CPU tests).
+The controller (`features.ActorFeatures`) reaches it through OpenRLHF's
+`RayActorGroup.async_run_method_batch(method, **lists)`: OpenRLHF 0.11.2 cuts
+each list into `ceil(len / ranks)` consecutive chunks, one per rank, and
+`BaseModelActor.execute_batch` calls the method **once per list item** (as it
+calls `forward` once per micro-batch in `make_experience`). So one call here is
+one controller-built micro-batch: `sequences` is a list of token lists and
+`starts`, `ends`, `temperature` belong to that micro-batch.
+
+The quantities are the local backend's (lze_bench/backends/local/features.py
+and rollout.py `_sample`), computed the same way:
+- `lze_entropy`: per sequence, the mean over logit positions `p` in
+  `[start, end)` of the full-vocabulary entropy of `softmax(logits[p] / T)`,
+  float32 softmax; logits at position `p` predict token `p + 1`. Prompt
+  entropy asks `[0, len(prompt))` (the last prompt position included: it
+  predicts the first response token); response entropy asks the positions that
+  predict the response tokens. An empty span gives 0.0 (local: sum / max(n, 1)).
+- `lze_mean_hidden`: per sequence, the mean over token positions `[start, end)`
+  of the last hidden state (`output_hidden_states[-1]`, as HF returns it, after
+  the final norm), float32.
+
+Mechanics: right-padded micro-batches of `args.rollout.micro_batch_size`
+(fallback 8) rows with an attention mask (right padding leaves every real
+position of a causal LM unchanged), `torch.no_grad`, eval mode for the call
+(restored after), on the device of the model's parameters. The entropy's
+float32 softmax runs over position slices so that at most `_SOFTMAX_ELEMENTS`
+float32 logits are live at once (a 150k vocabulary times thousands of response
+positions would not fit otherwise); the values do not depend on the slicing.
+
+ZeRO-3 note: every rank must run the same number of forwards (each forward
+gathers the partitioned weights collectively). A call runs
+`ceil(len(sequences) / micro_batch_size)` forwards; the controller sends every
+rank the same number of items of at most that size, so that holds.
+With `ds.enable_sleep` the caller reloads the actor's states first.
 """
 
 from __future__ import annotations
 
+_SOFTMAX_ELEMENTS = 1 << 27  # float32 logits per softmax slice (512 MiB); memory only, never the values
+_DEFAULT_MICRO_BATCH = 8
+
 
 class FeatureActorMixin:
+    """Feature passes for a policy actor; needs `self.actor.model` (or an overridden `_lze_model`)."""
+
     def _lze_model(self):
-        """The HF causal LM to run (on OpenRLHF's actor: the DeepSpeed engine wrapping it)."""
+        """The causal LM to call: `self.actor.model` (on a GPU the DeepSpeed engine around the HF model)."""
         return self.actor.model
 
-    def _lze_batches(self, sequences):
+    def _lze_micro_batch_size(self) -> int:
+        args = getattr(self, "args", None)
+        if args is None:  # OpenRLHF's PolicyModelActor keeps them on its strategy only
+            args = getattr(getattr(self, "strategy", None), "args", None)
+        size = getattr(getattr(args, "rollout", None), "micro_batch_size", None)
+        return int(size) if size else _DEFAULT_MICRO_BATCH
+
+    def _lze_pad_id(self) -> int:
+        pad = getattr(getattr(self, "tokenizer", None), "pad_token_id", None)
+        return int(pad) if pad is not None else 0  # any id: right padding never reaches a real position
+
+    def lze_entropy(self, sequences: list[list[int]], starts: list[int], ends: list[int],
+                    temperature: float) -> list[float]:
+        """Mean full-vocabulary entropy of softmax(logits / temperature) over logit positions [start, end)."""
         import torch
 
+        temperature = float(temperature)
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        values: list[float] = []
+        for out, mask in self._lze_forwards(sequences, starts, ends, hidden=False):
+            logits = out.logits[:, : mask.shape[1]]
+            entropy = torch.empty(mask.shape, dtype=torch.float32, device=mask.device)
+            width = max(1, _SOFTMAX_ELEMENTS // max(1, logits.shape[0] * logits.shape[-1]))
+            for a in range(0, logits.shape[1], width):
+                logp = torch.log_softmax(logits[:, a:a + width].float() / temperature, dim=-1)
+                entropy[:, a:a + width] = -(logp.exp() * logp).sum(-1)
+            mean = (entropy * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+            values.extend(float(v) for v in mean.cpu().tolist())
+        return values
+
+    def lze_mean_hidden(self, sequences: list[list[int]], starts: list[int], ends: list[int]) -> list[list[float]]:
+        """Mean of the last hidden state over token positions [start, end) (an empty span is an error)."""
+        for start, end in zip(starts, ends):
+            if int(end) <= int(start):
+                raise ValueError(f"empty span [{start}, {end}) has no mean hidden state")
+        rows: list[list[float]] = []
+        for out, mask in self._lze_forwards(sequences, starts, ends, hidden=True):
+            last = out.hidden_states[-1][:, : mask.shape[1]].float()
+            mean = (last * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+            rows.extend(mean.cpu().tolist())
+        return rows
+
+    def _lze_forwards(self, sequences, starts, ends, hidden: bool):
+        """Per micro-batch: (model output, float32 mask[B, W] of the asked positions), W = the widest span end."""
+        import torch
+
+        sequences = [[int(t) for t in s] for s in sequences]
+        starts, ends = [int(s) for s in starts], [int(e) for e in ends]
+        if not len(sequences) == len(starts) == len(ends):
+            raise ValueError(f"{len(sequences)} sequences, {len(starts)} starts, {len(ends)} ends")
+        for seq, start, end in zip(sequences, starts, ends):
+            if not 0 <= start <= end <= len(seq):
+                raise ValueError(f"span [{start}, {end}) outside a sequence of {len(seq)} tokens")
         model = self._lze_model()
         device = next(model.parameters()).device
-        micro = int(getattr(getattr(getattr(self, "args", None), "rollout", None), "micro_batch_size", 8) or 8)
-        for start in range(0, len(sequences), micro):
-            chunk = [list(map(int, s)) for s in sequences[start:start + micro]]
-            width = max(len(s) for s in chunk)
-            ids = torch.zeros((len(chunk), width), dtype=torch.long)
-            mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            for row, seq in enumerate(chunk):
-                ids[row, :len(seq)] = torch.as_tensor(seq)
-                mask[row, :len(seq)] = 1
-            yield start, model, ids.to(device), mask.to(device)
-
-    @staticmethod
-    def _span_mean(values, starts, ends, offset: int):
-        """Mean of values[row, start:end] (any trailing dims) for each row of the micro-batch."""
-        out = []
-        for row in range(values.shape[0]):
-            a, b = int(starts[offset + row]), int(ends[offset + row])
-            out.append(values[row, a:b].mean(0))
-        return out
-
-    def lze_entropy(self, sequences, starts, ends, temperature: float = 1.0):
-        import torch
-
-        result = []
-        was_training = self._lze_model().training
-        self._lze_model().eval()
+        size, pad = self._lze_micro_batch_size(), self._lze_pad_id()
+        was_training = model.training
+        model.eval()
         try:
             with torch.no_grad():
-                for offset, model, ids, mask in self._lze_batches(sequences):
-                    logits = model(input_ids=ids, attention_mask=mask).logits.float() / float(temperature)
-                    logp = torch.log_softmax(logits, dim=-1)
-                    entropy = -(logp.exp() * logp).sum(-1)
-                    result += [float(v) for v in self._span_mean(entropy, starts, ends, offset)]
+                for first in range(0, len(sequences), size):
+                    seqs, lo, hi = (sequences[first:first + size], starts[first:first + size],
+                                    ends[first:first + size])
+                    width = max(len(s) for s in seqs)
+                    input_ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+                    attention = torch.zeros((len(seqs), width), dtype=torch.long)
+                    for row, seq in enumerate(seqs):
+                        input_ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+                        attention[row, : len(seq)] = 1
+                    out = model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                                output_hidden_states=hidden)
+                    positions = torch.arange(max(max(hi), 1), device=device)[None, :]
+                    mask = ((positions >= torch.as_tensor(lo, device=device)[:, None])
+                            & (positions < torch.as_tensor(hi, device=device)[:, None])).float()
+                    yield out, mask
         finally:
-            self._lze_model().train(was_training)
-        return result
-
-    def lze_mean_hidden(self, sequences, starts, ends):
-        import torch
-
-        result = []
-        was_training = self._lze_model().training
-        self._lze_model().eval()
-        try:
-            with torch.no_grad():
-                for offset, model, ids, mask in self._lze_batches(sequences):
-                    hidden = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states[-1]
-                    result += [v.float().cpu().tolist() for v in self._span_mean(hidden.float(), starts, ends, offset)]
-        finally:
-            self._lze_model().train(was_training)
-        return result
+            model.train(was_training)

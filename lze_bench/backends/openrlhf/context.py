@@ -137,7 +137,7 @@ class RunContext:
     def begin_step(self) -> None:
         """Before the driver runs the next step: the feature passes book their costs against it."""
         if self.features is not None:
-            self.features.step = self.driver.step
+            self.features.begin_step(self.driver.step)
 
     def needs_response_entropy(self) -> bool:
         return "response_entropy" in tuple(getattr(self.selector, "requires", ()))
@@ -248,9 +248,9 @@ class RunContext:
 
     def _begin_features(self, steps_done: int) -> None:
         """Tell the feature passes where the run (re)starts (astral's embeddings charge; features.py)."""
-        begin = getattr(self.features, "resume_at", None)
-        if begin is not None:
-            begin(int(steps_done))
+        if self.features is not None:
+            self.features.resume_step = int(steps_done)
+            self.features.begin_step(int(steps_done))
 
     def adopt_checkpoint(self, steps_done: int, hf_dir: Path) -> Path | None:
         """Move OpenRLHF's `global_step{N}_hf` to checkpoints/step_S (S = steps done), marked COMPLETE last."""

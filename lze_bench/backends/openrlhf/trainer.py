@@ -84,9 +84,16 @@ class LzePPOTrainer(BasePPOTrainer):
         """Run `method_name` on the policy ranks, once per list item (OpenRLHF's `execute_batch`), items dealt
         in order; the per-item results, in order."""
         group = self.actor_model_group
-        refs = group.async_run_method_batch(method_name=method_name, **lists)
-        duplicate = int(self.args.ds.ring_attn_size) * int(self.args.ds.tensor_parallel_size)
-        return [item for chunk in ray.get(refs)[::duplicate] for item in chunk]
+        sleeping = bool(self.args.ds.enable_sleep)  # DeepSpeed states are offloaded while vLLM generates
+        if sleeping:
+            ray.get(group.async_run_method(method_name="reload_states"))
+        try:
+            refs = group.async_run_method_batch(method_name=method_name, **lists)
+            duplicate = int(self.args.ds.ring_attn_size) * int(self.args.ds.tensor_parallel_size)
+            return [item for chunk in ray.get(refs)[::duplicate] for item in chunk]
+        finally:
+            if sleeping:
+                ray.get(group.async_run_method(method_name="offload_states"))
 
     def _split(self, rollout_samples):
         """OpenRLHF's split into forward micro-batches, dealt evenly over the DP ranks (trim.balanced_chunks):
