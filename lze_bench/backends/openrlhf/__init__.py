@@ -12,7 +12,13 @@ Modules, one concern each:
   trainer.py     LzePPOTrainer: selector, ledger, checkpoints, resume (OpenRLHF subclass)
   generator.py   LzeSamplesGenerator._generate_vllm: the selection hook (OpenRLHF subclass)
   context.py     the run state the trainer actor holds (no OpenRLHF import)
-  selection.py   one training step's selector calls and refill rounds (no OpenRLHF import)
+  selection.py   one training step's selector calls (lze_bench.step_rounds) + the replay store
+  trim.py        which responses of a step's update train: whole micro-batches per DP rank
+  update.py      the experience maker's output -> trimmed, replay re-centred, one batch per rank
+  replay_loss.py OpenRLHF's IS correction as ASTRAL's re-centred loss (flags, log mu per token)
+  actor.py       our policy actor: per-step DeepSpeed batch size + the feature passes
+  actor_features.py  no-grad entropy / mean-hidden passes run on each policy rank
+  features.py    the selector's FeatureFn (hive's entropies, astral's embeddings), booked as flops_select
   accounting.py  ledger rows and FLOPs for the passes OpenRLHF runs
   reward_func.py OpenRLHF's reward hook -> lze_bench.grading in a process pool
   data.py        the prompts JSONL OpenRLHF reads (input + label {id, answer})
