@@ -179,6 +179,7 @@ def test_dry_run_works_for_every_registered_selector(tmp_path, selector):
                                                                         f"selector={selector}"]), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "lze_bench.backends.openrlhf.entry" in result.output and not run.exists()
+    assert "whole units of 64 responses" in result.output  # 8 per micro-batch x 8 GPUs
 
 
 def test_dry_run_cli_prints_exact_command(tmp_path):
@@ -190,7 +191,7 @@ def test_dry_run_cli_prints_exact_command(tmp_path):
     assert lines[0] == f"# backend=openrlhf: run directory {run}"
     assert "-m lze_bench.backends.openrlhf.entry" in lines[2]
     assert "  --rollout.batch_size 128 \\" in lines and "  --train.batch_size 1024 \\" in lines
-    assert lines[-1] == "  --logger.logging_steps 1"
+    assert lines[-2] == "  --logger.logging_steps 1" and "whole units of" in lines[-1]
     assert "#SBATCH" not in result.output
     assert not run.exists()  # a dry run writes nothing
 

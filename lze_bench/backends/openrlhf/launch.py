@@ -38,6 +38,15 @@ def resolve_paths(cfg) -> RunPaths:
     return RunPaths(run_dir)
 
 
+def update_unit(cfg) -> int:
+    """Responses per trim unit: whole micro-batches on every data-parallel rank (trim.py)."""
+    from lze_bench.backends.openrlhf.command import cluster_shape
+    from lze_bench.backends.openrlhf.trim import trim_unit
+
+    nodes, gpus = cluster_shape(cfg)
+    return trim_unit(int(cfg.backend.train_micro_batch_size), nodes * gpus)
+
+
 def dry_run(cfg, out=None) -> None:
     out = out or sys.stdout
     paths = resolve_paths(cfg)
@@ -45,6 +54,8 @@ def dry_run(cfg, out=None) -> None:
     out.write(f"# backend=openrlhf: run directory {paths.run_dir}\n")
     out.write("# driver command (Ray driver; OpenRLHF 0.11.2 flags after --):\n")
     out.write(format_command(argv) + "\n")
+    out.write(f"# each step's update trains whole units of {update_unit(cfg)} responses "
+              "(backend.train_micro_batch_size x GPUs; a seeded random subset, see trim.py)\n")
     if cfg.launcher.name == "slurm":
         from lze_bench.backends.openrlhf.script import job_script
 

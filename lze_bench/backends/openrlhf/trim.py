@@ -16,7 +16,7 @@ mini-batches, selectors.md §5) applied at the unit DeepSpeed needs; with
 (rng round 99, as on the local backend) and this one cuts what remains. `K = 0`
 (fewer responses than one unit) means no optimizer step at this training
 step; the ledger books 0 trained. Pick `train.micro_batch_size` so that a unit
-is small next to the kept batch (`lze-bench train --dry-run` prints it).
+is small next to the kept batch (`lze-bench train backend=openrlhf --dry-run` prints it).
 """
 
 from __future__ import annotations
