@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lze_bench.registry import SELECTORS
-from lze_bench.selectors import load_state, save_state
+from lze_bench.selectors import build_selector, load_state, save_state
 from lze_bench.selectors.base import (
     TAG_BEGIN_EPOCH,
     TAG_PROBE,
@@ -187,3 +187,95 @@ def test_rollout_is_a_budgeted_subset_and_keep_matches_batch(name, data):
     sel.observe(batch)
     decision = sel.select_update(batch, step, step_rng(seed, step, 1))
     assert decision.keep.shape == (ids.size,) and decision.more >= 0
+
+
+# --- the interface every backend calls: RolloutBatch, UpdateDecision, construction, state files, rng ---------
+
+def test_rollout_batch_zero_variance_and_subset():
+    from lze_bench.selectors import RolloutBatch
+
+    batch = RolloutBatch(prompt_ids=[4, 7, 9], rewards=[[1, 1], [0, 1], [0, 0]], step=3,
+                         response_tokens=[[1, 2], [3, 4], [5, 6]])
+    np.testing.assert_array_equal(batch.zero_variance, [True, False, True])
+    by_mask = batch.subset(np.array([False, True, True]))
+    by_index = batch.subset(np.array([2, 0]))
+    assert by_mask.prompt_ids.tolist() == [7, 9] and by_index.prompt_ids.tolist() == [9, 4]
+    assert by_mask.response_tokens.tolist() == [[3, 4], [5, 6]] and by_index.rewards.tolist() == [[0, 0], [1, 1]]
+    assert by_mask.step == by_index.step == 3 and by_mask.prompt_entropy is None
+
+
+@pytest.mark.parametrize("field, value", [
+    ("response_tokens", [1, 2, 3]),  # one dim, two wanted
+    ("response_tokens", [[1, 2], [3, 4]]),  # two rows for three groups
+    ("prompt_tokens", [[1], [2], [3]]),  # two dims, one wanted
+    ("prompt_tokens", [1, 2]),
+    ("prompt_embedding", [0.5, 0.5, 0.5]),
+])
+def test_rollout_batch_refuses_optional_fields_of_the_wrong_shape(field, value):
+    from lze_bench.errors import LzeBenchError
+    from lze_bench.selectors import RolloutBatch
+
+    with pytest.raises(LzeBenchError, match=field):
+        RolloutBatch(prompt_ids=[1, 2, 3], rewards=np.zeros((3, 2)), step=0, **{field: value})
+    ok = RolloutBatch(prompt_ids=[1, 2, 3], rewards=np.zeros((3, 2)), step=0, prompt_tokens=(5, 6, 7))
+    assert isinstance(ok.prompt_tokens, np.ndarray)
+
+
+@pytest.mark.parametrize("rewards", [np.zeros(3), np.zeros((2, 4)), np.zeros((3, 4, 1))])
+def test_rollout_batch_refuses_rewards_that_are_not_one_row_per_group(rewards):
+    from lze_bench.errors import LzeBenchError
+    from lze_bench.selectors import RolloutBatch
+
+    with pytest.raises(LzeBenchError, match="shape"):
+        RolloutBatch(prompt_ids=[1, 2, 3], rewards=rewards, step=0)
+
+
+def test_update_decision_defaults_and_replay_keys():
+    from lze_bench.selectors import UpdateDecision
+
+    plain = UpdateDecision(keep=[1, 0])
+    assert plain.keep.dtype == bool and plain.more == 0 and plain.partial is False
+    assert plain.replay.shape == (0, 2) and plain.replay.dtype == np.int64
+    flat = UpdateDecision(keep=[True], replay=[4, 0, 9, 2])
+    assert flat.replay.tolist() == [[4, 0], [9, 2]]
+    with pytest.raises(ValueError, match="more"):
+        UpdateDecision(keep=[True], more=-1)
+
+
+def test_selectors_need_at_least_one_prompt():
+    from lze_bench.errors import LzeBenchError
+
+    with pytest.raises(LzeBenchError, match="num_prompts"):
+        SELECTORS["uniform"](num_prompts=0)
+    assert SELECTORS["uniform"](num_prompts=1).num_prompts == 1
+
+
+def test_state_files_never_unpickle(tmp_path):
+    from lze_bench.selectors import load_state, save_state
+
+    save_state(tmp_path / "ok.npz", {"a": np.arange(3), "b": 2.5})
+    state = load_state(tmp_path / "ok.npz")
+    assert state["a"].tolist() == [0, 1, 2] and state["b"] == 2.5
+    save_state(tmp_path / "objects.npz", {"ragged": np.array([[1], [2, 3]], dtype=object)})
+    with pytest.raises(ValueError):
+        load_state(tmp_path / "objects.npz")  # an object array would need pickle: refused
+
+
+def test_every_round_has_its_own_rng_stream():
+    from lze_bench.selectors import step_rng
+
+    draws = [step_rng(1, 2, 0, r).random(4).tolist() for r in range(3)]
+    assert draws[0] != draws[1] != draws[2] and draws[0] != draws[2]
+    assert step_rng(1, 2, 0).random(4).tolist() == draws[0]
+
+
+def test_lze_counts_each_observation_once_on_large_batches():
+    """A batch of >= a quarter of the prompts takes the byte-scatter path (lze_state.marks); counts as per id."""
+    from lze_bench.selectors import RolloutBatch
+
+    for name in ("lze", "lze_full"):
+        selector = build_selector(SELECTORS[name].Config(), num_prompts=8, batch_size=4)
+        batch = RolloutBatch(prompt_ids=[0, 3, 5, 6], rewards=[[1, 0], [1, 1], [0, 0], [0, 1]], step=0)
+        for _ in range(2):
+            selector.observe(batch)
+        assert selector.state_dict()["n_obs"].tolist() == [2, 0, 0, 2, 0, 2, 2, 0], name

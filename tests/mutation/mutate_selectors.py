@@ -58,6 +58,12 @@ SKIP_LINE_STARTS = ("import ", "from ", "def ", "class ", "@", "raise ", "requir
 
 # (file, stripped original line, mutation) -> why that mutant behaves exactly like the original
 EQUIVALENT = {
+    ("base.py", "if round_index >= 1:", "1 -> 0"):
+        "round 0 then appends a 0: numpy's SeedSequence gives [seed, step, tag, 0] the stream of [seed, step, tag]",
+    ("lze_state.py", "marks[ids] = 1 if solved is None else np.add(solved, 1, dtype=np.uint8)", "1 -> 2"):
+        "marks without `solved` are read only as marks.view(bool) (n_obs counts), where any nonzero byte is one",
+    ("lze_state.py", "self.cache_card = np.zeros(0) if card is None else card", "0 -> 1"):
+        "cache_card is read only by variant='card', which always caches a card of its own",
     ("greso_state.py", "keep = np.where(easy > 0, np.maximum(self.p_easy ** easy.astype(np.float64), floor), keep)",
      "> -> >="): "easy_run == 0 then gives max(p_easy ** 0, floor) = 1, the default keep probability",
     ("astral.py", "if pid.size == 0:", "0 -> 1"): "a one-entry buffer is already deduplicated: returned unchanged",
