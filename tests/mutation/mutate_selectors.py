@@ -58,6 +58,10 @@ SKIP_LINE_STARTS = ("import ", "from ", "def ", "class ", "@", "raise ", "requir
 
 # (file, stripped original line, mutation) -> why that mutant behaves exactly like the original
 EQUIVALENT = {
+    ("base.py", "replay: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))", "2 -> 3"):
+        "__post_init__ reshapes replay to (-1, 2): an empty (0, 3) default becomes the same empty (0, 2)",
+    ("base.py", "self.replay = np.asarray(self.replay, dtype=np.int64).reshape(-1, 2)", "1 -> 2"):
+        "numpy reads any negative size in reshape as 'infer this one': reshape(-2, 2) == reshape(-1, 2)",
     ("base.py", "if round_index >= 1:", "1 -> 0"):
         "round 0 then appends a 0: numpy's SeedSequence gives [seed, step, tag, 0] the stream of [seed, step, tag]",
     ("lze_state.py", "marks[ids] = 1 if solved is None else np.add(solved, 1, dtype=np.uint8)", "1 -> 2"):
