@@ -35,34 +35,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 STANDINS = REPO / "tests" / "openrlhf_cpu"
-STUBS = REPO / "tests" / "stubs"
 sys.path.insert(0, str(STANDINS))
 from lze_cpu_standins.fixtures import RayCluster, save_tiny_policy, write_prompts  # noqa: E402
+from lze_cpu_standins.harness import child_env, import_error, ok  # noqa: E402
+from lze_cpu_standins import harness  # noqa: E402
 
 sys.path.remove(str(STANDINS))
 
-
-def _import_error() -> str | None:
-    probe = "import openrlhf.cli.train_ppo_ray, lze_bench.backends.openrlhf.trainer, lze_cpu_standins.policy"
-    done = subprocess.run([sys.executable, "-c", probe], env=child_env(), capture_output=True, text=True)
-    return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1]
-
-
-def child_env(**extra) -> dict:
-    """PYTHONPATH for the driver and every Ray process: this checkout, the stand-ins, the import stubs if needed."""
-    import importlib.util
-
-    paths = [str(REPO), str(STANDINS)]
-    if any(importlib.util.find_spec(name) is None for name in ("vllm", "flash_attn")):
-        paths.append(str(STUBS))
-    old = os.environ.get("PYTHONPATH")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths + ([old] if old else [])), TOKENIZERS_PARALLELISM="false",
-               OMP_NUM_THREADS="1", RAY_DEDUP_LOGS="0")
-    env.update(extra)
-    return env
-
-
-IMPORT_ERROR = _import_error()
+IMPORT_ERROR = import_error()
 if IMPORT_ERROR and os.environ.get("LZE_BENCH_REQUIRE_OPENRLHF") == "1":
     raise RuntimeError(f"LZE_BENCH_REQUIRE_OPENRLHF=1 but OpenRLHF does not import: {IMPORT_ERROR}")
 pytestmark = [pytest.mark.slow,
@@ -98,34 +78,13 @@ def world(tmp_path_factory):
 
 
 def overrides(world, selector: str, run_dir: Path) -> list[str]:
-    return [
-        "backend=openrlhf", f"model={world['model']}", "task=gsm8k", f"data.root={world['data']}",
-        f"selector={selector}", "seed=0", f"run_dir={run_dir}",
-        f"trainer.steps={STEPS}", f"trainer.batch_size={BATCH}", f"trainer.n_samples={N}",
-        "trainer.max_new_tokens=4", "trainer.lr=0.01", "trainer.checkpoint_every=1", f"trainer.ppo_epochs={EPOCHS}",
-        "backend.gpus_per_node=1", "backend.max_len=400", "backend.packing_samples=false",
-        "backend.attn_implementation=eager", "backend.apply_chat_template=false", "backend.gradient_checkpointing=false",
-        f"backend.train_micro_batch_size={MICRO}", f"backend.rollout_micro_batch_size={MICRO}",
-        "backend.grade_workers=1", "backend.max_gen_rounds=3", "backend.placement_timeout_s=120",
-    ]
+    return harness.overrides(world["model"], world["data"], selector, run_dir, steps=STEPS, batch=BATCH, n=N,
+                             micro=MICRO, epochs=EPOCHS)
 
 
-def run_job(world, selector: str, run_dir: Path, crash_at_update: int | None = None) -> subprocess.CompletedProcess:
-    """Prepare the run directory as `lze-bench train` does, then run the saved driver argv with the stand-ins."""
-    from lze_bench.backends.openrlhf.launch import prepare
-    from lze_bench.config import compose
-
-    paths, argv = prepare(compose("train", overrides(world, selector, run_dir)))
-    crash = paths.work / "crash_at_update"  # read by the stand-in policy actor (lze_cpu_standins/policy.py)
-    crash.write_text(str(crash_at_update)) if crash_at_update is not None else crash.unlink(missing_ok=True)
-    assert argv[1:3] == ["-m", "lze_bench.backends.openrlhf.entry"]
-    command = [sys.executable, str(STANDINS / "run_entry.py"), *argv[3:]]
-    environment = child_env(LZE_RAY_ADDRESS=world["cluster"].address)
-    return subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600)
-
-
-def ok(done: subprocess.CompletedProcess) -> None:
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+def run_job(world, selector: str, run_dir: Path, crash_at_update: int | None = None):
+    """The job's own driver argv with the stand-in engines (harness.run_job)."""
+    return harness.run_job(overrides(world, selector, run_dir), world["cluster"].address, crash_at_update)
 
 
 @pytest.mark.parametrize("selector", backend_selectors())

@@ -41,7 +41,7 @@ VOCAB = 48
 EOS = 2
 T = 0.7
 # 7 prompts of different lengths (right padding inside micro-batches is exercised)
-FORWARDS = [0]  # forwards of the test model so far (a hook counts them)
+FORWARDS = [0]  # forwards of the test model's backbone so far (a hook counts them)
 PROMPTS = [[(7 * i + 3 * j) % (VOCAB - 3) + 3 for j in range(3 + (5 * i) % 9)] for i in range(7)]
 
 
@@ -75,7 +75,7 @@ def model():
                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128,
                          initializer_range=0.3, pad_token_id=0, bos_token_id=1, eos_token_id=EOS)
     model = LlamaForCausalLM(config).eval()
-    model.register_forward_pre_hook(lambda *_: FORWARDS.__setitem__(0, FORWARDS[0] + 1))
+    model.base_model.register_forward_pre_hook(lambda *_: FORWARDS.__setitem__(0, FORWARDS[0] + 1))
     return model
 
 
@@ -434,3 +434,52 @@ def test_installed_policy_actor_carries_the_feature_passes():
     assert issubclass(installed, FeatureActorMixin) and issubclass(installed, StepBatchMixin)
     assert issubclass(installed, ppo_actor.PolicyModelActor.__ray_actor_class__)
     assert callable(installed.lze_entropy) and callable(installed.lze_mean_hidden)
+
+
+# -- memory and balance on a real model size --
+
+def test_entropy_pass_never_holds_more_logits_than_its_bound(model, monkeypatch):
+    """The full [B, W, V] logits of a micro-batch are never made (a 1.5B policy's would be 18.5 GiB): every
+    logits tensor produced (recorded at torch's `linear`, which any output head goes through) fits the bound."""
+    from lze_bench.backends.openrlhf import actor_features
+
+    bound = 3 * VOCAB * 2  # 3 positions of a micro-batch of 2
+    monkeypatch.setattr(actor_features, "_LOGITS_ELEMENTS", bound, raising=False)
+    largest = [0]
+    linear = torch.nn.functional.linear
+
+    def recording_linear(*args, **kwargs):
+        out = linear(*args, **kwargs)
+        if out.shape[-1] == VOCAB:
+            largest[0] = max(largest[0], out.numel())
+        return out
+
+    monkeypatch.setattr(torch.nn.functional, "linear", recording_linear)
+    rank = Rank(model, micro_batch_size=2)
+    seqs = [PROMPTS[1], PROMPTS[5], PROMPTS[2]]  # widths up to 12 tokens: 2 x 12 x V logits unsliced
+    got = rank.lze_entropy(seqs, [0, 2, 1], [len(s) for s in seqs], T)
+    assert 0 < largest[0] <= bound
+    monkeypatch.setattr(torch.nn.functional, "linear", linear)
+    np.testing.assert_allclose(got, [direct_entropy(model, s, a, len(s), T) for s, a in zip(seqs, [0, 2, 1])],
+                               atol=1e-5)
+
+
+def test_long_and_short_micro_batches_are_dealt_over_the_ranks(model, flop_model, tmp_path):
+    """OpenRLHF gives rank r a consecutive chunk of the items; the controller deals the length-sorted
+    micro-batches round-robin, so no rank gets all the longest ones (the others would wait for it)."""
+    tokens_per_rank: list[list[int]] = []
+
+    def call_actors(method_name, **lists):
+        ranks, total = 2, len(lists["sequences"])
+        chunk = -(-total // ranks)
+        tokens_per_rank.append([sum(len(s) for item in lists["sequences"][r * chunk:(r + 1) * chunk] for s in item)
+                                for r in range(ranks)])
+        rank = Rank(model, micro_batch_size=1)
+        return [getattr(rank, method_name)(**{k: v[i] for k, v in lists.items()}) for i in range(total)]
+
+    seqs = [[5] * length for length in (2, 3, 4, 5, 20, 21, 22, 23)]  # four short, four long
+    feats = actor_features(call_actors, flop_model, tmp_path, dp_size=2, micro_batch_size=1)
+    got = feats.response_entropy(seqs, [0] * len(seqs), [len(s) for s in seqs])
+    short, long_ = tokens_per_rank[0]
+    assert abs(short - long_) <= 23 + 3  # interleaved: within one long and one short micro-batch of each other
+    np.testing.assert_allclose(got, [direct_entropy(model, s, 0, len(s), T) for s in seqs], atol=1e-5)

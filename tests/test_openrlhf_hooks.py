@@ -21,6 +21,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from lze_bench.errors import LzeBenchError
+
 STUBS = Path(__file__).resolve().parent / "stubs"
 STUB_PACKAGES = ("vllm", "flash_attn")
 OPENRLHF_MODULES = ("openrlhf.trainer.ppo_trainer", "openrlhf.trainer.ppo_utils.samples_generator",
@@ -238,3 +240,95 @@ def test_generate_samples_shrinks_for_lze_and_stops_after_trainer_steps(ray_loca
     samples, _, consumed, exhausted = generator.generate_samples(**GENERATE_KWARGS)
     assert samples == [] and consumed == 0 and exhausted
     assert len(list((tmp_path / "rollouts").glob("part-step_*.parquet"))) == STEPS
+
+
+# -- the controller's feature calls on the policy ranks (dispatch.py) --
+
+def _group(ray, handles):
+    """OpenRLHF's own RayActorGroup dispatch over the given actor handles; `calls` records async_run_method."""
+    from types import MethodType
+
+    from openrlhf.trainer.ray.launcher import RayActorGroup
+
+    group = SimpleNamespace(_actor_handlers=handles, duplicate_actors=1, calls=[])
+    group.async_run_method_batch = MethodType(RayActorGroup.async_run_method_batch, group)
+
+    def async_run_method(method_name, *args, **kwargs):
+        group.calls.append(method_name)
+        return RayActorGroup.async_run_method(group, method_name, *args, **kwargs)
+
+    group.async_run_method = async_run_method
+    return group
+
+
+def _trainer(group):
+    from lze_bench.backends.openrlhf.trainer import LzePPOTrainer
+
+    trainer = object.__new__(LzePPOTrainer)
+    trainer.args = SimpleNamespace(ds=SimpleNamespace(enable_sleep=True, ring_attn_size=1, tensor_parallel_size=1))
+    trainer.actor_model_group = group
+    return trainer
+
+
+def test_feature_calls_reload_no_offloaded_state(ray_local):
+    """A feature pass is a no-grad forward: it reads only the bf16 weights, which OpenRLHF's sleep mode never
+    offloads, so the controller reloads nothing (no optimizer states next to an awake vLLM)."""
+    @ray_local.remote(num_cpus=0)
+    class Rank:
+        def execute_batch(self, method_name, data, start, end):
+            return [f"{method_name}:{s}" for s in data["sequences"][start:end]]
+
+    trainer = _trainer(_group(ray_local, [Rank.remote(), Rank.remote()]))
+    got = trainer._call_actors("lze_entropy", sequences=["a", "b", "c", "d"], temperature=[1.0] * 4)
+    assert got == ["lze_entropy:a", "lze_entropy:b", "lze_entropy:c", "lze_entropy:d"]
+    assert trainer.actor_model_group.calls == []  # no reload_states / offload_states around it
+
+
+def test_a_failing_rank_fails_the_feature_call_at_once(ray_local, tmp_path):
+    """Rank 0 fails (say, out of memory) while rank 1 waits in a ZeRO-3 collective for the process-group timeout
+    (an hour in OpenRLHF): the call raises with rank 0's error at once. It must not then ask the ranks for
+    anything that synchronises them (`offload_states` ends in a barrier that rank 1, still stuck, never reaches)."""
+    import threading
+
+    release = tmp_path / "release"
+
+    @ray_local.remote(num_cpus=0)
+    class Rank:
+        def __init__(self, rank):
+            self.rank = rank
+
+        def _barrier(self, name):
+            import time
+
+            (tmp_path / f"{name}{self.rank}").write_text("")
+            while not all((tmp_path / f"{name}{r}").exists() for r in (0, 1)) and not release.exists():
+                time.sleep(0.2)
+
+        def reload_states(self):
+            self._barrier("reload")
+
+        def offload_states(self):
+            self._barrier("offload")
+
+        def execute_batch(self, method_name, data, start, end):
+            if self.rank == 0:
+                raise RuntimeError("CUDA out of memory. Tried to allocate 18.50 GiB")
+            self._barrier("collective")  # rank 0 never joins: stuck until the test releases it
+            return [0.0] * (end - start)
+
+    trainer = _trainer(_group(ray_local, [Rank.remote(0), Rank.remote(1)]))
+    outcome = {}
+
+    def call():
+        try:
+            trainer._call_actors("lze_entropy", sequences=[[1], [2]])
+        except Exception as exc:  # noqa: BLE001 (the test inspects it)
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(timeout=120)  # liveness, not speed: a hang lasts until `release` exists
+    release.write_text("")
+    assert not thread.is_alive(), "the feature call hung after rank 0 failed"
+    assert isinstance(outcome.get("error"), LzeBenchError)
+    assert "rank 0" in str(outcome["error"]) and "out of memory" in str(outcome["error"])

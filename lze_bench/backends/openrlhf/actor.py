@@ -2,12 +2,25 @@
 
 The update of a shrinking or filling selector has a different number of
 samples each step (trim.py makes it whole micro-batches, the same count per
-data-parallel rank). DeepSpeed closes its accumulation window after a fixed
-`gradient_accumulation_steps`, so before OpenRLHF's `fit` we set it to this
-step's micro-batch count (`engine.set_train_batch_size`, and OpenRLHF's
-`strategy.accumulated_gradient`, which its loss normaliser reads) and restore
-both afterwards: one optimizer step per training step, on exactly what was
-sent. The LR schedule counts optimizer steps, so it is unchanged.
+data-parallel rank), so each `fit` is one accumulation window of `k` micro-batches
+with `k` changing from step to step. Two things must follow `k`:
+
+* the loss normaliser and DeepSpeed's `1 / gradient_accumulation_steps` loss
+  scale: before OpenRLHF's `fit` we set DeepSpeed's accumulation to `k`
+  (`engine.set_train_batch_size`) and OpenRLHF's `strategy.accumulated_gradient`
+  (the window `iter_grad_accum_global_norm` normalises over), restoring both after;
+* where the optimizer steps. DeepSpeed places it with a lifetime counter
+  (`(engine.micro_steps + 1) % gradient_accumulation_steps == 0`, never reset),
+  so once `k` has changed the boundary lands mid-step: measured on a real
+  engine with 2, 3, 1, 1 micro-batches per step, the step of 3 stepped after
+  its first micro-batch and carried two micro-batches' gradients into the next
+  step. So we place the boundary ourselves with DeepSpeed's documented override
+  (`engine.set_gradient_accumulation_boundary`, set before each micro-batch's
+  forward): true on the last micro-batch of each PPO epoch only, on every rank.
+
+Result: one optimizer step per PPO epoch of a training step, on exactly that
+step's samples, one clip and one normaliser; nothing carried over. The LR
+schedule counts optimizer steps, so it is unchanged.
 
 `lze_entropy` / `lze_mean_hidden` (actor_features.py) are the no-grad
 forwards the controller asks for (hive's entropies, astral's embeddings).
@@ -24,7 +37,7 @@ from lze_bench.errors import LzeBenchError
 
 
 class StepBatchMixin:
-    """`fit` on whatever this rank received: whole micro-batches, one optimizer step."""
+    """`fit` on whatever this rank received: whole micro-batches, one optimizer step per PPO epoch."""
 
     def fit(self, kl_ctl: float = 0):
         buffer = self.trainer.replay_buffer if hasattr(self, "trainer") else None
@@ -39,11 +52,27 @@ class StepBatchMixin:
         steps = samples // micro
         engine.set_train_batch_size(steps * micro * engine.dp_world_size)
         self.strategy.accumulated_gradient = steps
+        self.trainer.training_step = _boundary_on_last(self.trainer.training_step, engine, steps)
         try:
             return super().fit(kl_ctl)
         finally:
+            del self.trainer.training_step  # back to the class's method
+            engine.set_gradient_accumulation_boundary(None)  # DeepSpeed's own counter again
             engine.set_train_batch_size(saved_batch)
             self.strategy.accumulated_gradient = saved_accumulation
+
+
+def _boundary_on_last(training_step, engine, window: int):
+    """`training_step` that first tells DeepSpeed whether this micro-batch closes the window of `window`."""
+    calls = 0
+
+    def step_with_boundary(*args, **kwargs):
+        nonlocal calls
+        calls += 1
+        engine.set_gradient_accumulation_boundary(calls % window == 0)
+        return training_step(*args, **kwargs)
+
+    return step_with_boundary
 
 
 def make_policy_actor(installed):

@@ -25,22 +25,35 @@ and rollout.py `_sample`), computed the same way:
 Mechanics: right-padded micro-batches of `args.rollout.micro_batch_size`
 (fallback 8) rows with an attention mask (right padding leaves every real
 position of a causal LM unchanged), `torch.no_grad`, eval mode for the call
-(restored after), on the device of the model's parameters. The entropy's
-float32 softmax runs over position slices so that at most `_SOFTMAX_ELEMENTS`
-float32 logits are live at once (a 150k vocabulary times thousands of response
-positions would not fit otherwise); the values do not depend on the slicing.
+(restored after), on the device of the model's parameters.
 
-ZeRO-3 note: every rank must run the same number of forwards (each forward
-gathers the partitioned weights collectively). A call runs
-`ceil(len(sequences) / micro_batch_size)` forwards; the controller sends every
-rank the same number of items of at most that size, so that holds.
-With `ds.enable_sleep` the caller reloads the actor's states first.
+Memory: the model's own forward would materialise the logits of the whole
+micro-batch, `B x W x V` (16 x 4,096 x 151,936 bf16 logits are 18.5 GiB, next
+to an awake vLLM). So the backbone (`base_model`) gives the last hidden
+states, and the logits are made from them through the output head
+(`get_output_embeddings()`: `hidden @ W^T (+ b)`) one position slice at a
+time, at most `_LOGITS_ELEMENTS` logits live at once; the float32 softmax runs
+on that slice. The values do not depend on the slicing. Models that change
+their logits after the head (Gemma's `final_logit_softcapping`, Cohere's
+`logit_scale`, Granite's `logits_scaling`) are refused: `head(hidden)` is not
+their distribution. The mean hidden state is the backbone's last hidden state
+(HF's `hidden_states[-1]`: after the final norm) and makes no logits at all.
+
+ZeRO-3 note: every rank must run the same collectives in the same order (each
+module forward gathers its partitioned weights). The controller sends every
+rank the same number of micro-batches; within one, the backbone runs once and
+the head's weights are gathered once (`deepspeed.zero.GatheredParameters`) and
+then applied slice by slice without further collectives, so ranks whose
+micro-batches have different widths stay in step. The controller does not
+reload the actor's offloaded states for these forwards (dispatch.py).
 """
 
 from __future__ import annotations
 
-_SOFTMAX_ELEMENTS = 1 << 27  # float32 logits per softmax slice (512 MiB); memory only, never the values
+_LOGITS_ELEMENTS = 1 << 27  # logits per head slice (512 MiB as float32); memory only, never the values
 _DEFAULT_MICRO_BATCH = 8
+# config attributes of models whose logits are not `head(hidden)` (see the module docstring)
+_LOGIT_POSTPROCESSING = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
 
 class FeatureActorMixin:
@@ -70,13 +83,14 @@ class FeatureActorMixin:
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         values: list[float] = []
-        for out, mask in self._lze_forwards(sequences, starts, ends, hidden=False):
-            logits = out.logits[:, : mask.shape[1]]
-            entropy = torch.empty(mask.shape, dtype=torch.float32, device=mask.device)
-            width = max(1, _SOFTMAX_ELEMENTS // max(1, logits.shape[0] * logits.shape[-1]))
-            for a in range(0, logits.shape[1], width):
-                logp = torch.log_softmax(logits[:, a:a + width].float() / temperature, dim=-1)
-                entropy[:, a:a + width] = -(logp.exp() * logp).sum(-1)
+        for hidden, mask, head in self._lze_forwards(sequences, starts, ends):
+            hidden = hidden[:, : mask.shape[1]]
+            entropy = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+            width = max(1, _LOGITS_ELEMENTS // max(1, hidden.shape[0] * head.vocab_size))
+            with head.gathered():
+                for a in range(0, mask.shape[1], width):
+                    logp = torch.log_softmax(head.logits(hidden[:, a:a + width]).float() / temperature, dim=-1)
+                    entropy[:, a:a + width] = -(logp.exp() * logp).sum(-1)
             mean = (entropy * mask).sum(1) / mask.sum(1).clamp(min=1.0)
             values.extend(float(v) for v in mean.cpu().tolist())
         return values
@@ -87,14 +101,15 @@ class FeatureActorMixin:
             if int(end) <= int(start):
                 raise ValueError(f"empty span [{start}, {end}) has no mean hidden state")
         rows: list[list[float]] = []
-        for out, mask in self._lze_forwards(sequences, starts, ends, hidden=True):
-            last = out.hidden_states[-1][:, : mask.shape[1]].float()
+        for hidden, mask, _ in self._lze_forwards(sequences, starts, ends):
+            last = hidden[:, : mask.shape[1]].float()
             mean = (last * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
             rows.extend(mean.cpu().tolist())
         return rows
 
-    def _lze_forwards(self, sequences, starts, ends, hidden: bool):
-        """Per micro-batch: (model output, float32 mask[B, W] of the asked positions), W = the widest span end."""
+    def _lze_forwards(self, sequences, starts, ends):
+        """Per micro-batch: (last hidden states[B, W', d], float32 mask[B, W] of the asked positions, the head),
+        W = the widest span end (<= W')."""
         import torch
 
         sequences = [[int(t) for t in s] for s in sequences]
@@ -105,7 +120,10 @@ class FeatureActorMixin:
             if not 0 <= start <= end <= len(seq):
                 raise ValueError(f"span [{start}, {end}) outside a sequence of {len(seq)} tokens")
         model = self._lze_model()
-        device = next(model.parameters()).device
+        causal_lm = getattr(model, "module", model)  # a DeepSpeed engine wraps the HF model
+        head = _Head(causal_lm)
+        body = causal_lm.base_model
+        device = next(causal_lm.parameters()).device
         size, pad = self._lze_micro_batch_size(), self._lze_pad_id()
         was_training = model.training
         model.eval()
@@ -120,11 +138,41 @@ class FeatureActorMixin:
                     for row, seq in enumerate(seqs):
                         input_ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
                         attention[row, : len(seq)] = 1
-                    out = model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                                output_hidden_states=hidden)
+                    hidden = body(input_ids=input_ids.to(device), attention_mask=attention.to(device)).last_hidden_state
                     positions = torch.arange(max(max(hi), 1), device=device)[None, :]
                     mask = ((positions >= torch.as_tensor(lo, device=device)[:, None])
                             & (positions < torch.as_tensor(hi, device=device)[:, None])).float()
-                    yield out, mask
+                    yield hidden, mask, head
         finally:
             model.train(was_training)
+
+
+class _Head:
+    """The causal LM's output head as logits = hidden @ W^T (+ b), its weights gathered once under ZeRO-3."""
+
+    def __init__(self, causal_lm):
+        config = getattr(causal_lm, "config", None)
+        for key in _LOGIT_POSTPROCESSING:
+            value = getattr(config, key, None)
+            if value not in (None, 1, 1.0):
+                raise ValueError(f"{type(causal_lm).__name__} sets {key}={value}: its logits are not the output "
+                                 "head's, so the feature passes cannot slice them")
+        self.module = causal_lm.get_output_embeddings()
+        self.params = [p for p in (self.module.weight, getattr(self.module, "bias", None)) if p is not None]
+        self.vocab_size = int(getattr(self.module.weight, "ds_shape", self.module.weight.shape)[0])
+
+    def gathered(self):
+        """A context in which the head's weights are whole on this rank (a collective under ZeRO-3)."""
+        import contextlib
+
+        partitioned = [p for p in self.params if hasattr(p, "ds_id")]
+        if not partitioned:
+            return contextlib.nullcontext()
+        import deepspeed
+
+        return deepspeed.zero.GatheredParameters(partitioned)
+
+    def logits(self, hidden):
+        import torch
+
+        return torch.nn.functional.linear(hidden, self.module.weight, getattr(self.module, "bias", None))

@@ -39,7 +39,9 @@ the size the actors split by, so one item is one forward), built in order of
 sequence length (less padding; results are put back in input order). The item
 list is padded to a multiple of `dp_size` by repeating its last item, and the
 padded outputs are dropped: every rank runs the same number of forwards, which
-ZeRO-3 needs. Those repeats are not booked, like padding tokens (FLOPs count
+ZeRO-3 needs. The micro-batches are dealt round-robin (rank r gets the r-th,
+(r + dp)-th, ... shortest), so the longest ones do not all land on the last
+rank, which every other rank would then wait for. Those repeats are not booked, like padding tokens (FLOPs count
 the asked sequences' tokens, so a count does not depend on how we batch and
 equals the local backend's for the same request).
 """
@@ -150,10 +152,7 @@ class ActorFeatures:
                 raise LzeBenchError(f"span [{start}, {end}) outside a sequence of {len(seq)} tokens")
         if not sequences:
             return []
-        order = np.argsort([len(s) for s in sequences], kind="stable")
-        batches = [order[i:i + self.micro_batch_size] for i in range(0, len(order), self.micro_batch_size)]
-        items = len(batches)
-        batches += [batches[-1]] * (-items % self.dp_size)  # every rank the same number of forwards (ZeRO-3)
+        batches, real = self._deal(np.argsort([len(s) for s in sequences], kind="stable"))
         lists = {"sequences": [[sequences[i] for i in b] for b in batches],
                  "starts": [[starts[i] for i in b] for b in batches],
                  "ends": [[ends[i] for i in b] for b in batches]}
@@ -164,13 +163,25 @@ class ActorFeatures:
             raise LzeBenchError(f"{method}: the actors returned {len(results)} results for {len(batches)} "
                                 "micro-batches (call_actors must give one result per item, in order)")
         out: list = [None] * len(sequences)
-        for batch, result in zip(batches[:items], results[:items]):
+        for batch, result in ((b, r) for b, r, keep in zip(batches, results, real) if keep):
             result = list(result)
             if len(result) != len(batch):
                 raise LzeBenchError(f"{method}: {len(result)} values for a micro-batch of {len(batch)}")
             for i, value in zip(batch, result):
                 out[i] = value
         return out
+
+    def _deal(self, order: np.ndarray) -> tuple[list[np.ndarray], list[bool]]:
+        """Micro-batches of `order` (ascending length) as the item list OpenRLHF cuts into consecutive rank
+        chunks, dealt round-robin so every rank gets short and long ones; (items, False for padding)."""
+        batches = [order[i:i + self.micro_batch_size] for i in range(0, len(order), self.micro_batch_size)]
+        real = [True] * len(batches)
+        pad = -len(batches) % self.dp_size  # every rank the same number of forwards (ZeRO-3)
+        batches += [batches[-1]] * pad
+        real += [False] * pad
+        per_rank = len(batches) // self.dp_size
+        dealt = [r + j * self.dp_size for r in range(self.dp_size) for j in range(per_rank)]
+        return [batches[i] for i in dealt], [real[i] for i in dealt]
 
     def _read_charge(self) -> int | None:
         try:

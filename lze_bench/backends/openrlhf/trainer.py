@@ -81,19 +81,12 @@ class LzePPOTrainer(BasePPOTrainer):
                              micro_batch_size=int(self.args.rollout.micro_batch_size))
 
     def _call_actors(self, method_name: str, **lists):
-        """Run `method_name` on the policy ranks, once per list item (OpenRLHF's `execute_batch`), items dealt
-        in order; the per-item results, in order."""
-        group = self.actor_model_group
-        sleeping = bool(self.args.ds.enable_sleep)  # DeepSpeed states are offloaded while vLLM generates
-        if sleeping:
-            ray.get(group.async_run_method(method_name="reload_states"))
-        try:
-            refs = group.async_run_method_batch(method_name=method_name, **lists)
-            duplicate = int(self.args.ds.ring_attn_size) * int(self.args.ds.tensor_parallel_size)
-            return [item for chunk in ray.get(refs)[::duplicate] for item in chunk]
-        finally:
-            if sleeping:
-                ray.get(group.async_run_method(method_name="offload_states"))
+        """Run `method_name` on the policy ranks, once per list item, items dealt in order; the per-item
+        results, in order (dispatch.call_ranks: no state reload, fails at the first failing rank)."""
+        from lze_bench.backends.openrlhf.dispatch import call_ranks
+
+        duplicate = int(self.args.ds.ring_attn_size) * int(self.args.ds.tensor_parallel_size)
+        return call_ranks(self.actor_model_group, method_name, duplicate, **lists)
 
     def _split(self, rollout_samples):
         """OpenRLHF's split into forward micro-batches, dealt evenly over the DP ranks (trim.balanced_chunks):

@@ -120,3 +120,31 @@ class RayCluster:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
         self.log.close()
+
+
+class _Parsed(Exception):
+    def __init__(self, args):
+        super().__init__("parsed")
+        self.parsed = args
+
+
+def openrlhf_args(flags: list[str]):
+    """OpenRLHF 0.11.2's own argparse and validation on `flags` (its CLI module, stopped at get_strategy)."""
+    import runpy
+
+    import openrlhf.utils
+    import ray
+
+    def stop(args):
+        raise _Parsed(args)
+
+    saved = openrlhf.utils.get_strategy, ray.is_initialized, sys.argv
+    openrlhf.utils.get_strategy, ray.is_initialized = stop, (lambda: True)  # parsing only, no Ray init
+    sys.argv = ["train_ppo_ray", *flags]
+    try:
+        runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
+    except _Parsed as parsed:
+        return parsed.parsed
+    finally:
+        openrlhf.utils.get_strategy, ray.is_initialized, sys.argv = saved
+    raise RuntimeError("OpenRLHF's CLI returned before building its strategy")

@@ -1,0 +1,79 @@
+"""Running lze-bench's OpenRLHF job on CPU from a test: environment, overrides, the driver subprocess (tests only).
+
+Shared by tests/test_openrlhf_e2e.py (stand-in policy) and
+tests/test_openrlhf_deepspeed.py (OpenRLHF's real policy actor on DeepSpeed).
+`run_job` prepares the run directory exactly as `lze-bench train` does, then
+runs the saved driver argv (`openrlhf/command.json`) through
+tests/openrlhf_cpu/run_entry.py, which swaps in the CPU stand-ins named by
+`policy` ("standin" or "deepspeed") and runs lze_bench's entry module unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+STANDINS = REPO / "tests" / "openrlhf_cpu"
+STUBS = REPO / "tests" / "stubs"
+ENV_POLICY = "LZE_TEST_POLICY"  # read by run_entry.py in the driver process
+
+
+def child_env(**extra) -> dict:
+    """PYTHONPATH for the driver and every Ray process: this checkout, the stand-ins, the import stubs if needed;
+    DeepSpeed on its CPU accelerator (gloo), one thread per process (2 shared cores)."""
+    paths = [str(REPO), str(STANDINS)]
+    if any(importlib.util.find_spec(name) is None for name in ("vllm", "flash_attn")):
+        paths.append(str(STUBS))
+    old = os.environ.get("PYTHONPATH")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths + ([old] if old else [])), TOKENIZERS_PARALLELISM="false",
+               OMP_NUM_THREADS="1", RAY_DEDUP_LOGS="0", DS_ACCELERATOR="cpu")
+    env.update(extra)
+    return env
+
+
+def import_error() -> str | None:
+    """Why OpenRLHF's CLI, our trainer or the stand-ins do not import in a child process (None: they do)."""
+    probe = ("import openrlhf.cli.train_ppo_ray, lze_bench.backends.openrlhf.trainer, lze_cpu_standins.policy, "
+             "lze_cpu_standins.ds_policy")
+    done = subprocess.run([sys.executable, "-c", probe], env=child_env(), capture_output=True, text=True)
+    return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1]
+
+
+def overrides(model: Path, data: Path, selector: str, run_dir: Path, *, steps: int, batch: int, n: int, micro: int,
+              epochs: int = 1, gpus: int = 1, zero_stage: int = 2, extra: tuple = ()) -> list[str]:
+    return [
+        "backend=openrlhf", f"model={model}", "task=gsm8k", f"data.root={data}",
+        f"selector={selector}", "seed=0", f"run_dir={run_dir}",
+        f"trainer.steps={steps}", f"trainer.batch_size={batch}", f"trainer.n_samples={n}",
+        "trainer.max_new_tokens=4", "trainer.lr=0.01", "trainer.checkpoint_every=1", f"trainer.ppo_epochs={epochs}",
+        f"backend.gpus_per_node={gpus}", f"backend.zero_stage={zero_stage}", "backend.max_len=400",
+        "backend.packing_samples=false", "backend.attn_implementation=eager", "backend.apply_chat_template=false",
+        "backend.gradient_checkpointing=false",
+        f"backend.train_micro_batch_size={micro}", f"backend.rollout_micro_batch_size={micro}",
+        "backend.grade_workers=1", "backend.max_gen_rounds=3", "backend.placement_timeout_s=120", *extra,
+    ]
+
+
+def run_job(cfg_overrides: list[str], ray_address: str, crash_at_update: int | None = None,
+            policy: str = "standin", timeout_s: int = 900) -> subprocess.CompletedProcess:
+    """Prepare the run directory as `lze-bench train` does, then run the saved driver argv with the stand-ins.
+
+    `crash_at_update=K` makes the policy actor raise before update K+1 (a crash after step K)."""
+    from lze_bench.backends.openrlhf.launch import prepare
+    from lze_bench.config import compose
+
+    paths, argv = prepare(compose("train", cfg_overrides))
+    crash = paths.work / "crash_at_update"  # read by the stand-in policy actors
+    crash.write_text(str(crash_at_update)) if crash_at_update is not None else crash.unlink(missing_ok=True)
+    assert argv[1:3] == ["-m", "lze_bench.backends.openrlhf.entry"]
+    command = [sys.executable, str(STANDINS / "run_entry.py"), *argv[3:]]
+    environment = child_env(LZE_RAY_ADDRESS=ray_address, **{ENV_POLICY: policy})
+    return subprocess.run(command, env=environment, capture_output=True, text=True, timeout=timeout_s)
+
+
+def ok(done: subprocess.CompletedProcess) -> None:
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
