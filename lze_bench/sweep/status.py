@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lze_bench.errors import LzeBenchError
+from lze_bench.registry import display_order
 from lze_bench.sweep.manifest import FINAL, derive_status, progress, require_manifest
 
 STYLE = {"done": "green", "failed": "red", "running": "cyan", "queued": "yellow", "new": "dim", "unknown": "magenta"}
@@ -52,11 +53,9 @@ def jobs_table(sweep_dir: Path, data: dict, title: str | None = None) -> Group:
 
 
 def sorted_jobs(data: dict) -> list[tuple[str, dict]]:
-    """Jobs in the reports' selector order (uniform, dapo, astral, hive, lze, others), then seed, then name
+    """Jobs in the reports' selector order (lze_bench.registry.display_order), then seed, then name
     (the manifest itself is written with sorted keys)."""
-    from lze_bench.report.plots import order
-
-    rank = {name: i for i, name in enumerate(order({e.get("selector", "") for e in data["jobs"].values()}))}
+    rank = {name: i for i, name in enumerate(display_order({e.get("selector", "") for e in data["jobs"].values()}))}
     return sorted(data["jobs"].items(), key=lambda kv: (rank.get(kv[1].get("selector", ""), 99),
                                                         int(kv[1].get("seed", 0)), kv[0]))
 
