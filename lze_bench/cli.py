@@ -16,6 +16,14 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from typer.core import TyperGroup
+
+try:  # the click that typer runs on: recent typer (0.29 here) vendors its own copy as typer._click
+    from typer._click.core import Command as ClickCommand
+    from typer._click.exceptions import UsageError
+except ImportError:  # older typer runs on click itself
+    from click import Command as ClickCommand
+    from click import UsageError
 
 from lze_bench.errors import LzeBenchError
 
@@ -117,7 +125,49 @@ def grade(
     grading_file.grade_file(predictions, out, timeout_s=timeout_s, workers=workers)
 
 
-@app.command(context_settings=EXTRA_ARGS)
+class OverridesOrCommandGroup(TyperGroup):
+    """A group whose arguments are either a sub-command or Hydra overrides for the group itself.
+
+    `lze-bench sweep status DIR` runs the `status` sub-command; `lze-bench sweep
+    sweep=NAME --dry-run` (first argument not a sub-command's name) parses like a
+    plain command: options may come anywhere and every other argument reaches
+    the group's callback as an override. A sub-command's usage mistake (a bad
+    `--every`, a missing DIR) prints one line and exits 2, like LzeBenchError.
+    """
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        if args and args[0] in self.commands:
+            return super().parse_args(ctx, args)
+        ctx.allow_interspersed_args = True  # a group stops parsing options at the first argument; a command does not
+        return ClickCommand.parse_args(self, ctx, args)
+
+    def invoke(self, ctx: typer.Context):
+        try:
+            return super().invoke(ctx)
+        except UsageError as exc:
+            if os.environ.get("LZE_BENCH_DEBUG") == "1" or exc.ctx is None or exc.ctx.command is self:
+                raise
+            typer.echo(f"error: {exc.ctx.command_path}: {' '.join(exc.format_message().split())} "
+                       f"(see {exc.ctx.command_path} --help)", err=True)
+            raise typer.Exit(code=2) from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise typer.BadParameter(f"{text!r} is not a number of seconds > 0 (e.g. 5)")
+    return value
+
+
+sweep_app = typer.Typer(cls=OverridesOrCommandGroup, invoke_without_command=True, context_settings=EXTRA_ARGS,
+                        add_completion=False, pretty_exceptions_enable=False)
+app.add_typer(sweep_app, name="sweep")
+
+
+@sweep_app.callback()
 @friendly_errors
 def sweep(
     ctx: typer.Context,
@@ -125,11 +175,27 @@ def sweep(
 ):
     """Run a grid of trainings with submitit: `sweep sweep=NAME` or inline multirun overrides.
 
-    `lze-bench sweep status DIR` shows a sweep's jobs.
+    Examples: lze-bench sweep sweep=quickstart; lze-bench sweep selector=uniform,lze seed=0,1 trainer.steps=20
     """
+    if ctx.invoked_subcommand:  # `sweep status ...`: the sub-command does the work
+        return
     from lze_bench import sweep as sweep_module
 
     sweep_module.main(list(ctx.args), dry_run=dry_run)
+
+
+@sweep_app.command(name="status")
+@friendly_errors
+def sweep_status(
+    sweep_dir: Path = typer.Argument(..., help="The sweep directory (it holds manifest.json)."),
+    watch: bool = typer.Option(False, "--watch", help="Refresh until every job has ended."),
+    every: float = typer.Option(5.0, "--every", parser=_seconds, metavar="SECONDS",
+                                help="Seconds between refreshes with --watch."),
+):
+    """Show a sweep's jobs: state, steps done, scheduler job id, tries, pairing."""
+    from lze_bench.sweep.status import show_status
+
+    show_status(sweep_dir, watch=watch, every_s=every)
 
 
 @app.command()

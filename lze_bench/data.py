@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 
 def get_spec(name: str):
-    import lze_bench.evaluation.benchmarks  # noqa: F401  (fills BENCHMARKS)
+    import lze_bench.benchmarks  # noqa: F401  (fills BENCHMARKS)
 
     return BENCHMARKS[name]
 

@@ -1,7 +1,9 @@
 """Plug-ins by name: selectors, backends, tasks, benchmarks, bench commands.
 
 The names are public: configs, the CLI, ledgers and plot legends all use them,
-so one name maps to one module and one config option.
+so one name maps to one module and one config option. The order in which
+tables, figures and `sweep status` list selectors (`display_order`) lives here
+too, below both the report and the sweep packages that use it.
 """
 
 from __future__ import annotations
@@ -44,3 +46,14 @@ BACKENDS = Registry("backend")
 TASKS = Registry("task")
 BENCHMARKS = Registry("benchmark")  # evaluation datasets (gsm8k, math500, ...)
 BENCH_COMMANDS = Registry("bench command")  # `lze-bench bench NAME`
+
+
+# Built-in selectors in the order every table, figure and `sweep status` lists them: the
+# baseline first (report/plots.py gives each of these a fixed colour).
+SELECTOR_ORDER = ("uniform", "dapo", "astral", "hive", "greso", "lze")
+
+
+def display_order(labels) -> list[str]:
+    """Built-in selectors in SELECTOR_ORDER, then any other label sorted."""
+    labels = set(labels)
+    return [s for s in SELECTOR_ORDER if s in labels] + sorted(labels - set(SELECTOR_ORDER))

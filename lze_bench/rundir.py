@@ -12,7 +12,8 @@ Layout (design.md "The run directory"):
       DONE                   written last; a run without it is resumable
 
 Every file is written to a temporary name in the same folder and renamed, so a
-killed run never leaves a half-written file. A finished run (DONE present) is
+killed run never leaves a half-written file (atomic_write_bytes says why this
+is done by hand). A finished run (DONE present) is
 never overwritten: starting it again is an error that says what to do.
 """
 
@@ -37,6 +38,15 @@ _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to `path` so that readers see the old file or the new one, never a part.
+
+    A temporary file in the same folder (same filesystem, so `os.replace` is an
+    atomic rename), flushed and fsynced before the rename, removed on any failure.
+    Kept by hand: it is a few lines of the standard library; `atomicwrites`, the
+    package that wrapped them, was archived unmaintained by its author in 2022,
+    who points to `os.replace`; and every writer here (parquet buffers, JSON,
+    YAML, text) hands over bytes, so one function serves them all.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

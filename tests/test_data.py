@@ -90,7 +90,7 @@ def test_parquet_with_dotted_fields(tmp_path):
     import pandas as pd
 
     from lze_bench.data import read_file
-    from lze_bench.evaluation.benchmarks import BenchmarkSpec
+    from lze_bench.benchmarks import BenchmarkSpec
 
     frame = pd.DataFrame({
         "prompt": [[{"content": "What is 2+3?", "role": "user"}]],

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from lze_bench.data import get_spec
-from lze_bench.evaluation.pool import WatchdogPool
-from lze_bench.evaluation.verdicts import fast_verdict, math_verify_verdict
 from lze_bench.grading import Grade, Grader, extract_answer, grade_batch, grade_one, normalize_gold
+from lze_bench.grading.pool import WatchdogPool
+from lze_bench.grading.verdicts import fast_verdict, math_verify_verdict
 
 SHARED = Path(os.environ.get("LZE_BENCH_SHARED_DATA", Path(__file__).parents[2] / "shared" / "data"))
 CASES = [json.loads(line) for line in (Path(__file__).parent / "data" / "grading_cases.jsonl").read_text().splitlines()]

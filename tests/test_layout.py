@@ -1,4 +1,11 @@
-"""The package layout: one package per concern, no import cycles between modules."""
+"""The package layout: one package per concern, no import cycles, and imports only go down.
+
+`LAYERS` declares the floors of the house, bottom first: every top-level
+module or package of lze_bench stands on exactly one floor and may import only
+from its own unit or from a lower floor (never sideways, never up). Imports
+inside functions count. Imports by name (`importlib`) are how registries fill
+(config's PLUGIN_MODULES, a BenchmarkSpec.loader) and are not checked here.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,21 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lze_bench"
+
+
+# Bottom first. A new top-level module or package takes the lowest floor its imports allow.
+LAYERS = [
+    ["__init__", "errors"],  # the version; LzeBenchError
+    ["registry", "jsonl", "rundir", "flops", "data_order", "rollout_store"],  # plumbing on errors alone
+    ["grading", "ledger", "config"],  # the one grading function; the ledger schema; config composition
+    ["benchmarks", "selectors", "launchers"],  # plug-ins described by config: datasets, selectors, launchers
+    ["data", "step_rounds", "replay"],  # rows by benchmark name; selection rounds; counterfactual replay
+    ["tasks"],  # training prompt sets, loaded through data
+    ["evaluation", "backends"],  # `eval`/`grade`; training runs
+    ["sweep", "bench"],  # grids of training runs; timings
+    ["report"],  # reads sweeps' manifests and run directories
+    ["cli"],  # the Typer app over all of it
+]
 
 
 def module_name(path: Path) -> str:
@@ -48,6 +70,33 @@ def test_no_import_cycles():
         if name not in state:
             visit(name, [name])
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def unit_of(module: str) -> str:
+    """lze_bench.grading.pool -> grading; lze_bench -> __init__."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_every_top_level_module_has_one_floor():
+    units = {unit_of(module_name(p)) for p in PACKAGE.rglob("*.py")}
+    declared = [unit for layer in LAYERS for unit in layer]
+    assert len(declared) == len(set(declared)), "a unit is on two floors"
+    assert not units - set(declared), f"add to LAYERS in tests/test_layout.py: {sorted(units - set(declared))}"
+    assert not set(declared) - units, f"LAYERS names what lze_bench lacks: {sorted(set(declared) - units)}"
+
+
+def test_imports_only_go_down():
+    floor = {unit: level for level, layer in enumerate(LAYERS) for unit in layer}
+    paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    wrong = []
+    for name, path in sorted(paths.items()):
+        here = unit_of(name)
+        for target in sorted(imports_of(path, set(paths))):
+            there = unit_of(target)
+            if there != here and floor.get(there, -1) >= floor.get(here, -1):
+                wrong.append(f"{name} imports {target} ({here} is on floor {floor.get(here)}, {there} on {floor.get(there)})")
+    assert not wrong, "imports that do not go down (see LAYERS):\n" + "\n".join(wrong)
 
 
 def test_no_prefix_families_at_the_top():

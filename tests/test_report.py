@@ -92,11 +92,23 @@ def runs_root(tmp_path_factory) -> Path:
     return root
 
 
+# t(0.975) for df = 1..30 as printed in the usual tables (3 decimals), the values the report used
+# before it took its quantiles from SciPy
+PRINTED_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+                2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+                2.045, 2.042]
+T1 = math.tan(math.pi * 0.475)  # exact t(0.975, df=1): Student's t with one degree of freedom is Cauchy
+
+
 def test_t_quantiles_and_ci():
-    assert t975(1) == 12.706 and t975(30) == 2.042
+    assert t975(1) == pytest.approx(T1, rel=1e-12)
+    assert t975(2) == pytest.approx(0.95 / math.sqrt(2 * 0.975 * 0.025), rel=1e-12)  # closed form for df=2
+    for df, printed in enumerate(PRINTED_T975, start=1):
+        assert abs(t975(df) - printed) <= 5e-4, df  # the same numbers, to the table's rounding
     assert abs(t975(60) - 2.000) < 1e-3 and abs(t975(120) - 1.980) < 1e-3  # tables: 2.000, 1.980
+    assert t975(10**7) == pytest.approx(1.959964, abs=1e-6)  # the normal quantile in the limit
     mean, half, n = mean_ci([0.5, 0.6])
-    assert (round(mean, 10), round(half, 6), n) == (0.55, round(12.706 * 0.05, 6), 2)
+    assert (round(mean, 10), half, n) == (0.55, pytest.approx(T1 * 0.05), 2)
     assert math.isnan(mean_ci([0.3])[1]) and mean_ci([float("nan")])[2] == 0
 
 
@@ -106,9 +118,9 @@ def test_table1_accuracy_at_equal_compute_is_paired_by_seed(runs_root):
     t1 = report["table1"].set_index(["benchmark", "label"])
     assert list(t1.loc["heldout"].index) == ["uniform", "dapo", "lze"]  # canonical order; unfinished hive left out
     uni, lze, dapo = (t1.loc[("heldout", label)] for label in ("uniform", "lze", "dapo"))
-    assert uni["accuracy"] == pytest.approx(0.55) and uni["accuracy_ci"] == pytest.approx(12.706 * 0.05)
+    assert uni["accuracy"] == pytest.approx(0.55) and uni["accuracy_ci"] == pytest.approx(T1 * 0.05)
     assert (uni["significant"], uni["pairs"]) == ("–", 0)
-    assert lze["delta"] == pytest.approx(0.125) and lze["delta_ci"] == pytest.approx(12.706 * 0.025)
+    assert lze["delta"] == pytest.approx(0.125) and lze["delta_ci"] == pytest.approx(T1 * 0.025)
     assert (lze["significant"], lze["pairs"], lze["capped"]) == ("no", 2, 2)
     assert lze["flops"] == 600 and lze["flops_over_budget"] == pytest.approx(0.75)
     assert dapo["delta"] == pytest.approx(-0.325) and dapo["significant"] == "yes" and dapo["capped"] == 0
@@ -124,7 +136,7 @@ def test_table2_compute_to_a_share_of_uniforms_gain(runs_root):
     assert lze["flops_to_target"] == pytest.approx((216 + 405) / 2)
     assert lze["ratio"] == pytest.approx(math.sqrt(0.3 * 405 / 740))
     logs = [math.log(0.3), math.log(405 / 740)]
-    half = 12.706 * abs(logs[0] - logs[1]) / math.sqrt(2) / math.sqrt(2)
+    half = T1 * abs(logs[0] - logs[1]) / math.sqrt(2) / math.sqrt(2)
     assert lze["ratio_low"] == pytest.approx(math.exp(sum(logs) / 2 - half))
     assert lze["significant"] == "no"
     uni = t2.loc[("heldout", "uniform")]

@@ -187,3 +187,35 @@ def test_train_job_requeues_itself_and_skips_a_finished_run(tmp_path):
         job()  # "abc" is not the hash of this config: code or config changed since planning
     mark_done(tmp_path / "run")
     assert job() == {"run_dir": str(tmp_path / "run"), "resumed": False, "already_done": True}
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["DIR", "--every=abc"], "'abc' is not a number of seconds"),
+    (["DIR", "--watch", "--every", "-1"], "'-1' is not a number of seconds"),
+    (["DIR", "--bogus"], "No such option: --bogus"),
+    ([], "Missing argument"),
+    (["DIR", "other"], "unexpected extra argument"),
+])
+def test_cli_status_mistakes_exit_2_with_one_line(tmp_path, args, needle):
+    result = runner.invoke(app, ["sweep", "status", *(str(tmp_path) if a == "DIR" else a for a in args)])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "sweep status --help" in lines[0], lines
+
+
+def test_cli_status_is_a_subcommand_and_overrides_still_sweep(tmp_path):
+    """`sweep status` takes its options anywhere; `sweep KEY=VALUE... --dry-run` still plans a sweep."""
+    plan = plan_jobs(SweepSpec(), ["seed=0,1", "trainer.steps=2"], tmp_path, name="t")
+    from lze_bench.sweep.manifest import save_manifest
+
+    save_manifest(tmp_path, merge_plan(new_manifest(plan, []), plan))
+    for run in ("s0", "s1"):
+        mark_done(tmp_path / "runs" / run)
+    watched = runner.invoke(app, ["sweep", "status", "--watch", "--every", "0.1", str(tmp_path)])
+    assert watched.exit_code == 0 and "2 done" in watched.output, watched.output
+    assert "status" in runner.invoke(app, ["sweep", "--help"]).output
+    for args in (["sweep=quickstart", "--dry-run"], ["selector=uniform,lze", "seed=0,1", "--dry-run"]):
+        result = runner.invoke(app, ["sweep", *args, f"sweep_dir={tmp_path / 'planned'}"])
+        assert result.exit_code == 0, result.output
+        assert "jobs ->" in result.output and "dry run" in result.output
+        assert "4 jobs" in result.output or "sweep=quickstart" in args

@@ -170,6 +170,33 @@ def test_warm_start_is_shared_by_selectors_and_seeds(tmp_path, cache_dir):
     assert len([p for p in (cache_dir / "warmstart").iterdir() if p.is_dir() and not p.name.startswith(".")]) == 1
 
 
+def test_warm_start_waits_for_a_concurrent_builder_and_uses_its_result(tmp_path):
+    """A job that finds another holding the warm-start lock waits for it, then loads what it built."""
+    import threading
+
+    import torch
+    from filelock import FileLock
+
+    from lze_bench.backends.local.warmstart import INFO_FILE, ensure_warmstart, warmstart_key
+    from lze_bench.config import compose
+
+    cfg = compose("train", [*TINY, f"backend.cache_dir={tmp_path}"])
+    key, _ = warmstart_key(cfg.model, cfg.task, cfg.backend, "cpu")
+    root = tmp_path / "warmstart"
+    root.mkdir()
+    found = []
+    with FileLock(root / f"{key}.lock"):  # another sweep job is building this warm start
+        waiter = threading.Thread(target=lambda: found.append(
+            ensure_warmstart(cfg.model, cfg.task, cfg.backend, torch.device("cpu"), grader=None)))
+        waiter.start()
+        waiter.join(timeout=2.0)
+        assert waiter.is_alive() and not found  # waiting on the lock, not building a second copy
+        (root / key).mkdir()
+        (root / key / INFO_FILE).write_text("{}")  # the other job's build is in place
+    waiter.join(timeout=60)
+    assert found == [root / key]
+
+
 SELECTOR_OVERRIDES = {
     "astral": ["selector.ref_size=4", "selector.buffer_size=4"],  # small buffer, mu=2: the store must hold every key
     "dapo": ["selector.max_gen_batches=2"],

@@ -164,7 +164,7 @@ def bench_grading(options: dict[str, str]) -> BenchResult:
         row, startup_s = measure(name, responses, golds, timeout_s, workers)
         rows.append(row)
         startups.append(startup_s)
-    from lze_bench.evaluation.pool import available_cores
+    from lze_bench.grading.pool import available_cores
 
     return BenchResult(
         title=f"grading throughput (timeout {timeout_s:g} s, workers {workers or available_cores()})",

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lze_bench.registry import display_order as order  # paired.py and tables.py import it from here
+
 SELECTOR_COLORS = {"uniform": "#4d4d4d", "dapo": "#1f77b4", "astral": "#ff7f0e", "hive": "#2ca02c", "greso": "#8c564b",
                    "lze": "#d62728"}
 PHASES = {"flops_rollout": ("rollout", "#4c72b0"), "flops_logprob": ("log-prob", "#dd8452"),
@@ -41,12 +43,6 @@ def _plt():
                          "xtick.labelsize": 7, "ytick.labelsize": 7, "lines.linewidth": 1.3, "axes.grid": True,
                          "grid.alpha": 0.3, "savefig.bbox": "tight", "pdf.fonttype": 42})
     return plt
-
-
-def order(labels) -> list[str]:
-    """Built-in selectors in their canonical order, then other labels sorted."""
-    labels = set(labels)
-    return [s for s in SELECTOR_COLORS if s in labels] + sorted(labels - set(SELECTOR_COLORS))
 
 
 def colors_for(labels) -> dict[str, str]:

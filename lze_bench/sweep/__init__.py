@@ -3,7 +3,7 @@
     lze-bench sweep sweep=quickstart                        # a recipe from sweeps/quickstart.yaml
     lze-bench sweep selector=uniform,lze seed=0,1 trainer.steps=20   # inline multirun
     lze-bench sweep sweep=quickstart launcher=slurm launcher.partition=gpu wait=false
-    lze-bench sweep status runs/sweeps/quickstart [--watch]
+    lze-bench sweep status runs/sweeps/quickstart [--watch] [--every SECONDS]   # its own sub-command (cli.py)
 
 Arguments are split in two: the sweep's own keys (`sweep=NAME`, `sweep.*`,
 `sweep_dir=`, `wait=`, `poll_s=`), composed as the primary config `sweep`; and
@@ -119,12 +119,7 @@ def sweep_name(spec_name: str | None, sweep_args: list[str], train_args: list[st
 
 
 def main(args: list[str], dry_run: bool = False) -> None:
-    """CLI entry: `status DIR [--watch]`, or plan (and unless dry_run, submit) a sweep."""
-    if args and args[0] == "status":
-        from lze_bench.sweep.status import status_command
-
-        status_command(args[1:])
-        return
+    """CLI entry: plan (and unless dry_run, submit) a sweep (`sweep status` is its own command in cli.py)."""
     from lze_bench.config import compose, to_objects
 
     sweep_args, train_args = split_args(args)

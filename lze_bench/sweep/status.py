@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from lze_bench.errors import LzeBenchError
+from lze_bench.registry import display_order
 from lze_bench.sweep.manifest import FINAL, derive_status, progress, require_manifest
 
 STYLE = {"done": "green", "failed": "red", "running": "cyan", "queued": "yellow", "new": "dim", "unknown": "magenta"}
@@ -52,11 +52,9 @@ def jobs_table(sweep_dir: Path, data: dict, title: str | None = None) -> Group:
 
 
 def sorted_jobs(data: dict) -> list[tuple[str, dict]]:
-    """Jobs in the reports' selector order (uniform, dapo, astral, hive, lze, others), then seed, then name
+    """Jobs in the reports' selector order (lze_bench.registry.display_order), then seed, then name
     (the manifest itself is written with sorted keys)."""
-    from lze_bench.report.plots import order
-
-    rank = {name: i for i, name in enumerate(order({e.get("selector", "") for e in data["jobs"].values()}))}
+    rank = {name: i for i, name in enumerate(display_order({e.get("selector", "") for e in data["jobs"].values()}))}
     return sorted(data["jobs"].items(), key=lambda kv: (rank.get(kv[1].get("selector", ""), 99),
                                                         int(kv[1].get("seed", 0)), kv[0]))
 
@@ -116,18 +114,11 @@ def current(sweep_dir: Path) -> dict:
     return data
 
 
-def status_command(args: list[str]) -> None:
-    """`sweep status DIR [--watch] [--every SECONDS]`."""
-    paths = [a for a in args if not a.startswith("--")]
-    if len(paths) != 1:
-        raise LzeBenchError("usage: lze-bench sweep status SWEEP_DIR [--watch] [--every=SECONDS]")
-    sweep_dir = Path(paths[0])
-    every = 5.0
-    for arg in args:
-        if arg.startswith("--every="):
-            every = float(arg.split("=", 1)[1])
+def show_status(sweep_dir: Path, watch: bool = False, every_s: float = 5.0) -> None:
+    """`sweep status DIR [--watch] [--every SECONDS]`: the jobs table, refreshed until all end with `watch`."""
+    sweep_dir = Path(sweep_dir)
     console = Console()
-    if "--watch" not in args:
+    if not watch:
         console.print(jobs_table(sweep_dir, current(sweep_dir)))
         return
     with Live(jobs_table(sweep_dir, current(sweep_dir)), console=console, refresh_per_second=1) as live:
@@ -136,7 +127,7 @@ def status_command(args: list[str]) -> None:
             live.update(jobs_table(sweep_dir, data))
             if all(e["status"] in FINAL for e in data["jobs"].values()):
                 break
-            time.sleep(every)
+            time.sleep(every_s)
 
 
 def print_plan(plan, sweep_dir: Path, sbatch_script: str | None = None) -> None:

@@ -11,7 +11,7 @@ Registered names (`task=NAME`):
 * `gsm8k`         GSM8K train (7,473 rows).
 
 Rows come from `lze_bench.data.load_benchmark`, the loader `lze-bench eval`
-uses (the dataset entries live in lze_bench/evaluation/benchmarks.py):
+uses (the dataset entries live in lze_bench/benchmarks.py):
 `data.root` (else env LZE_BENCH_DATA) holding `<root>/<dataset>/<split>.jsonl|.parquet`,
 else the Hugging Face hub. Every row is checked with file, line and field.
 

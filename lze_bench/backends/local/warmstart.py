@@ -12,7 +12,9 @@ LZE_BENCH_CACHE, else ~/.cache/lze-bench). `key` hashes everything that shapes
 the weights (model config, the task fields that fix the `sft` split, the
 warm-start knobs, the tokenizer, torch version, device type) and nothing that
 differs between the runs of a comparison (selector, seed, trainer knobs), so
-all selectors and seeds start from the same weights. A file lock makes
+all selectors and seeds start from the same weights. A file lock
+(`<cache>/warmstart/<key>.lock`, the `filelock` library: an OS lock that is
+released when its holder dies, so a killed job leaves none behind) makes
 concurrent sweep jobs build it once: the first builds into a temporary folder
 and renames it; the others wait on the lock, then load. `warmstart.json`
 records the recipe, the cost and the held-out accuracy per level.
@@ -23,8 +25,6 @@ Data order and initial weights come from `backend.init_seed`, never the run's
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -36,6 +36,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+from filelock import FileLock
 
 from lze_bench.backends.local import tokenizer as tok_module
 from lze_bench.rundir import atomic_write_json
@@ -80,17 +81,6 @@ def _plain(node) -> dict:
     return asdict(node) if hasattr(node, "__dataclass_fields__") else dict(node)
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def ensure_warmstart(model_cfg, task_cfg, backend_cfg, device, grader) -> Path:
     """The cached warm-start directory, built first if missing (blocking on the lock)."""
     key, recipe = warmstart_key(model_cfg, task_cfg, backend_cfg, device.type)
@@ -98,7 +88,8 @@ def ensure_warmstart(model_cfg, task_cfg, backend_cfg, device, grader) -> Path:
     target = root / key
     if (target / INFO_FILE).exists():
         return target
-    with _file_lock(root / f"{key}.lock"):
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(root / f"{key}.lock"):  # released by the OS if the holder dies, so never stuck
         if (target / INFO_FILE).exists():  # another job built it while we waited
             return target
         log.info("building warm start %s (cached for every run with this recipe)", key)

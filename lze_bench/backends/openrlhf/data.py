@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lze_bench.benchmarks import DEFAULT_PROMPT
 from lze_bench.errors import LzeBenchError
-from lze_bench.evaluation.benchmarks import DEFAULT_PROMPT
 from lze_bench.rundir import atomic_write_text
 
 # the instruction `lze-bench eval` uses, so training and evaluation prompts agree

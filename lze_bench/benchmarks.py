@@ -4,6 +4,8 @@ Adding a benchmark is one `register(BenchmarkSpec(...))` call: where its rows
 live (a local file under the data root and/or a Hugging Face hub id), which
 fields hold the problem, the gold answer and the id, how the gold is
 normalized (lze_bench.grading.normalize_gold styles) and the prompt template.
+It imports only the registry, so data loading, tasks, evaluation and the
+backends all read it from below (tests/test_layout.py).
 
 Sources: local files and gold formats from /work/shared/data/*/SOURCE.md
 (design.md "Data"); hub ids are the usual public copies:
@@ -19,7 +21,7 @@ here (no network): a mismatch fails at load with the field named.
 The default prompt is the Qwen2.5-Math / DeepSeek-R1 convention: the problem,
 then "Please reason step by step, and put your final answer within \\boxed{}."
 The instruction comes last so that truncating a long prompt from the left
-(generation.py) keeps it.
+(lze_bench/evaluation/generation.py) keeps it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Verdicts for one (answer, gold) pair: the exact fast path and math-verify.
 
-Split from lze_bench/grading.py (which re-exports both) so that the grading
-pool's workers import only what they run. See grading.py's docstring for how a
-batch moves through these two functions.
+Re-exported by lze_bench.grading, whose docstring says how a batch moves
+through these two functions; the grading pool's workers run `pool_grade`.
 
 `fast_verdict` decides only where math-verify's verdict is certain: equal
 plain numbers, or two different exact rationals (integers, `10,000`,

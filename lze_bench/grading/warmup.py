@@ -9,7 +9,7 @@ and changes nothing else, which is why it is its own module.
 
 from __future__ import annotations
 
-from lze_bench.evaluation.verdicts import math_verify_verdict
+from lze_bench.grading.verdicts import math_verify_verdict
 
 # Forms that exercise the grammar's common paths (numbers, fractions, roots, tuples, intervals).
 _WARM = ("42", "\\frac{1}{2}", "2\\sqrt{3}", "\\left( 3, \\frac{\\pi}{2} \\right)", "[1, 2)", "x^2+1", "10\\%")

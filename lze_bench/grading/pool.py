@@ -10,7 +10,7 @@ fresh worker takes the rest of the chunk.
 
 Start method: "forkserver" where available, else "spawn"; never "fork", since
 the caller may hold CUDA or threads (torch) that a fork would copy. The fork
-server preloads `preload` modules once (lze_bench.evaluation.grading_warmup
+server preloads `preload` modules once (lze_bench.grading.warmup
 imports math-verify and warms its parser), so a restart costs milliseconds.
 Workers ignore SIGINT: Ctrl-C reaches the parent, which closes the pool.
 
