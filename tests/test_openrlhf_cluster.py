@@ -100,14 +100,15 @@ def test_ray_is_started_by_the_jobs_own_python():
 
 def test_nonzero_driver_exit_fails_the_submitit_job(monkeypatch, tmp_path):
     monkeypatch.setattr(slurm.NodeRole, "from_env", classmethod(lambda cls, gpus, cpus=1: role()))
-    monkeypatch.setattr(slurm, "node_main", lambda run_dir, node: 3)
+    monkeypatch.setattr(slurm, "job_hosts", lambda: ["node1"])
+    monkeypatch.setattr(slurm, "node_main", lambda run_dir, node, peers=(): 3)
     with pytest.raises(LzeBenchError, match="exited with code 3"):
         slurm.OpenRLHFJob()(str(tmp_path), 8)
-    monkeypatch.setattr(slurm, "node_main", lambda run_dir, node: 0)
+    monkeypatch.setattr(slurm, "node_main", lambda run_dir, node, peers=(): 0)
     assert slurm.OpenRLHFJob()(str(tmp_path), 8) == 0
 
 
-def test_submit_passes_max_requeue_to_submitit(monkeypatch, tmp_path):
+def test_submit_passes_max_requeue_and_srun_cpus_to_submitit(monkeypatch, tmp_path):
     import submitit
 
     from lze_bench.backends.openrlhf import launch
@@ -115,8 +116,8 @@ def test_submit_passes_max_requeue_to_submitit(monkeypatch, tmp_path):
     seen = {}
 
     class FakeExecutor:
-        def __init__(self, folder, cluster=None, **kwargs):
-            seen.update(kwargs, cluster=cluster)
+        def __init__(self, folder, **kwargs):
+            seen.update(kwargs)
 
         def update_parameters(self, **params):
             seen["params"] = params
@@ -126,11 +127,13 @@ def test_submit_passes_max_requeue_to_submitit(monkeypatch, tmp_path):
             return type("Job", (), {"job_id": "77"})()
 
     cfg = cfg_with(tmp_path, "launcher.max_requeue=5")
-    monkeypatch.setattr(submitit, "AutoExecutor", FakeExecutor)
+    monkeypatch.setattr(submitit, "SlurmExecutor", FakeExecutor)
     monkeypatch.setattr(launch, "prepare", lambda c: (RunPaths(tmp_path / "run"), ["python"]))
     launch._submit(cfg)
-    assert seen["slurm_max_num_timeout"] == 5 and "max_requeue" not in seen["params"]
+    assert seen["max_num_timeout"] == 5 and "max_requeue" not in seen["params"]
     assert seen["args"][1:] == (8, 9)  # GPUs, Ray CPUs
+    # the job step gets the CPUs Ray needs (Slurm 22.05-23.02 would give it one) and dies with a failed task
+    assert seen["params"]["srun_args"] == ["--cpus-per-task=9", "--kill-on-bad-exit=1"]
 
 
 def test_script_signal_requeues_until_max_requeue(monkeypatch):
@@ -187,7 +190,7 @@ def test_teardown_terminates_this_jobs_ray_and_never_runs_ray_stop(monkeypatch, 
     monkeypatch.setattr(slurm.subprocess, "Popen", FakeProc)
     monkeypatch.setattr(slurm.subprocess, "run", lambda command, **kw: ran.append(command) or
                         type("R", (), {"returncode": 0})())
-    monkeypatch.setattr(slurm.socket, "gethostbyname", lambda host: "10.0.0.1")
+    monkeypatch.setattr(slurm, "head_address", lambda host, peers=(): "10.0.0.1")
     monkeypatch.setattr(slurm, "_wait_for_nodes", lambda *a, **k: None)
     monkeypatch.setattr(slurm, "load_driver_argv", lambda run_dir: ["driver"])
     monkeypatch.setattr(slurm, "POLL_S", 0.01)
@@ -197,6 +200,90 @@ def test_teardown_terminates_this_jobs_ray_and_never_runs_ray_stop(monkeypatch, 
     assert slurm.node_main(tmp_path, role(rank=1)) == 0  # the worker sees the marker and stops its own Ray
     assert all(p.terminated for p in FakeProc.started) and len(FakeProc.started) == 2
     assert all("stop" not in command for command in ran + [p.command for p in FakeProc.started])
+
+
+def test_ray_ports_stay_between_rays_worker_ports_and_the_ephemeral_range():
+    for job in ("1", "4242", "9999", "123456", "87654321", "3191", "3192"):
+        port = slurm.NodeRole(rank=0, num_nodes=1, head_host="n", job_id=job, attempt=0, gpus=1, cpus=1).port
+        assert 20000 <= port and port + 3 < 32768, job  # ports port..port+3
+    assert role().port != slurm.NodeRole(rank=0, num_nodes=1, head_host="n", job_id="4243", attempt=0, gpus=1,
+                                         cpus=1).port
+
+
+def test_head_address_is_never_loopback(monkeypatch, tmp_path):
+    """Debian maps a host's own name to 127.0.1.1: the head then finds the address it reaches its peers with."""
+    FakeProc.started = []
+    answers = {"node1": "127.0.1.1", "node2": "10.0.0.2"}
+    monkeypatch.setattr(slurm.socket, "getaddrinfo",
+                        lambda host, port, family=0, *a: [(family, 2, 17, "", (answers.get(host, host), port or 0))])
+
+    class Probe:  # a UDP "connect" sends nothing; it only picks the route's source address
+        def __init__(self, *args):
+            pass
+
+        def connect(self, target):
+            self.target = target
+
+        def getsockname(self):
+            return ("10.0.0.1", 40000) if self.target[0] == "10.0.0.2" else ("127.0.0.1", 40000)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(slurm.socket, "socket", Probe)
+    assert slurm.head_address("node1", ["node2"]) == "10.0.0.1"
+    answers["node1"] = "10.0.0.1"
+    assert slurm.head_address("node1", []) == "10.0.0.1"
+    answers.update(node1="127.0.1.1", node2="127.0.0.1")
+    with pytest.raises(LzeBenchError, match="resolves only to loopback"):
+        slurm.head_address("node1", ["node2"])
+    # node_main hands the non-loopback address to Ray and the driver
+    answers.update(node1="127.0.1.1", node2="10.0.0.2")
+    monkeypatch.setattr(slurm.subprocess, "Popen", FakeProc)
+    monkeypatch.setattr(slurm.subprocess, "run", lambda command, **kw: type("R", (), {"returncode": 0})())
+    monkeypatch.setattr(slurm, "_wait_for_nodes", lambda *a, **k: None)
+    monkeypatch.setattr(slurm, "load_driver_argv", lambda run_dir: ["driver"])
+    assert slurm.node_main(tmp_path, role(), peers=["node2"]) == 0
+    assert "--node-ip-address=10.0.0.1" in FakeProc.started[0].command
+
+
+def test_ray_and_the_driver_get_a_sane_thread_count(monkeypatch, tmp_path):
+    FakeProc.started = []
+    envs = []
+    monkeypatch.setattr(slurm.subprocess, "Popen", lambda command, **kw: envs.append(kw.get("env")) or FakeProc(command))
+    monkeypatch.setattr(slurm.subprocess, "run", lambda command, **kw: envs.append(kw.get("env")) or
+                        type("R", (), {"returncode": 0})())
+    monkeypatch.setattr(slurm, "head_address", lambda host, peers=(): "10.0.0.1")
+    monkeypatch.setattr(slurm, "_wait_for_nodes", lambda *a, **k: None)
+    monkeypatch.setattr(slurm, "load_driver_argv", lambda run_dir: ["driver"])
+    monkeypatch.setenv("OMP_NUM_THREADS", "64")  # what a 64-CPU task exports
+    assert slurm.node_main(tmp_path, role(gpus=8, cpus=64)) == 0
+    assert len(envs) == 2 and all(env["OMP_NUM_THREADS"] == "4" for env in envs)  # Ray head, driver
+
+
+def test_a_worker_leaves_when_the_head_is_gone(monkeypatch, tmp_path):
+    """No done marker will ever come: the worker returns non-zero instead of holding its node until the limit."""
+    FakeProc.started = []
+    monkeypatch.setattr(slurm.subprocess, "Popen", FakeProc)
+    monkeypatch.setattr(slurm, "head_address", lambda host, peers=(): "10.0.0.1")
+    polls = []
+
+    def sleep(seconds):
+        polls.append(seconds)
+        if len(polls) > 50:
+            raise AssertionError("the worker is still waiting for a head that is gone")
+
+    monkeypatch.setattr(slurm.time, "sleep", sleep)
+    monkeypatch.setattr(slurm, "_head_answers", lambda ip, port: False)  # the head's GCS port refuses
+    assert slurm.node_main(tmp_path, role(rank=1)) != 0
+    assert FakeProc.started[-1].terminated
+    monkeypatch.setattr(slurm, "_head_answers", lambda ip, port: True)
+    monkeypatch.setattr(FakeProc, "poll", lambda self: 1)  # its own `ray start` exited (the raylet lost the head)
+    polls.clear()
+    assert slurm.node_main(tmp_path, role(rank=1)) != 0
 
 
 # 5. abbreviated extra flags

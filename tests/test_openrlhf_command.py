@@ -101,7 +101,7 @@ def test_recipe_flags_field_by_field(recipe_cfg, tmp_path):
         "--data.apply_chat_template": [],
         "--reward.remote_url": [str(REWARD_FUNC)],
         "--ckpt.path": [str(run / "openrlhf" / "ckpt")],
-        "--ckpt.save_steps": ["20"],
+        "--ckpt.save_steps": ["-1"],  # our trainer saves (trainer.trainer._checkpoint_if_due)
         "--ckpt.save_hf": [],
         "--ckpt.max_num": ["2"],
         "--ckpt.load_enable": [],
@@ -147,6 +147,10 @@ def test_kl_adds_reference_model_and_kl_loss(tmp_path):
         (["backend.extra_args=[--algo.dynamic_filtering_enable]"], "the selector replaces OpenRLHF's dynamic"),
         (["backend.extra_args=[--rollout.vllm_generate_batch_size,256]"], "train a step late"),
         (["backend.extra_args=[--train.batch_size,512]"], "--train.batch_size is already set from the config"),
+        (["backend.zero_stage=0"], "backend.zero_stage: 0 has no offload_states"),
+        (["backend.ckpt_max_num=1"], "backend.ckpt_max_num: 1 keeps no loadable checkpoint"),
+        (["backend.extra_args=[--train.dynamic_batch_enable]"], "--train.dynamic_batch_enable is not supported"),
+        (["backend.extra_args=[--train.dynamic_batch]"], "--train.dynamic_batch (= --train.dynamic_batch_enable)"),
     ],
 )
 def test_invariants_fail_with_one_line(tmp_path, extra, message):
@@ -206,20 +210,24 @@ def test_dry_run_slurm_prints_job_script_field_by_field(tmp_path):
     lines = script.splitlines()
     assert lines[0] == "#!/bin/bash"
     sbatch = [line for line in lines if line.startswith("#SBATCH")]
-    assert sbatch == [
+    log_dir = run / "openrlhf" / "slurm"
+    assert sbatch == [  # submitit's own renderer (sorted flags), the parameters the submission uses
+        "#SBATCH --account=proj",
+        "#SBATCH --cpus-per-task=64",
+        f"#SBATCH --error={log_dir}/%j_0_log.err",
+        "#SBATCH --exclusive",
+        "#SBATCH --gpus-per-node=8",
         "#SBATCH --job-name=lze-run",
+        "#SBATCH --mem=512GB",
         "#SBATCH --nodes=2",
         "#SBATCH --ntasks-per-node=1",
-        "#SBATCH --gpus-per-node=8",
-        "#SBATCH --cpus-per-task=64",
+        "#SBATCH --open-mode=append",
+        f"#SBATCH --output={log_dir}/%j_0_log.out",
         "#SBATCH --partition=gpu",
-        "#SBATCH --account=proj",
-        "#SBATCH --mem=512G",
-        "#SBATCH --time=1440",
-        "#SBATCH --exclusive",
-        f"#SBATCH --output={run}/openrlhf/slurm/%j_%t.out",
-        "#SBATCH --signal=USR2@90",
         "#SBATCH --requeue",
+        "#SBATCH --signal=USR2@90",
+        "#SBATCH --time=1440",
+        "#SBATCH --wckey=submitit",
     ]
     assert "source /fs/venv/bin/activate" in lines
     head = next(line for line in lines if line.startswith("#   rank 0:"))
@@ -230,7 +238,11 @@ def test_dry_run_slurm_prints_job_script_field_by_field(tmp_path):
     worker = next(line for line in lines if line.startswith("#   rank>0:"))
     assert "'--address=<head-ip>:<port>' --block" in worker
     assert "#     --actor.num_nodes 2 \\" in lines and "#     --vllm.num_engines 16 \\" in lines
-    assert lines[-1] == f"srun --nodes=2 --ntasks-per-node=1 {sys.executable} -m lze_bench.backends.openrlhf.slurm {run} 8"
+    assert "# Ray and the driver run with OMP_NUM_THREADS=4 (CPUs / (2 x GPUs))." in lines
+    srun = next(line for line in lines if line.startswith("srun "))
+    assert srun == (f"srun --unbuffered --output {log_dir}/%j_%t_log.out --error {log_dir}/%j_%t_log.err "
+                    f"--cpus-per-task=64 --kill-on-bad-exit=1 {sys.executable} -m lze_bench.backends.openrlhf.slurm "
+                    f"{run} 8")
 
 
 def test_dry_run_needs_no_openrlhf_ray_or_torch(tmp_path):

@@ -172,3 +172,28 @@ def test_interrupted_first_checkpoint_is_set_aside_and_the_run_starts_over(world
     assert list(read_ledger(run)["step"]) == list(range(STEPS)) and (run / "DONE").exists()
     assert [p.name.startswith("_actor.unloadable-") for p in (run / "openrlhf" / "ckpt").iterdir()].count(True) == 1
     assert "no loadable state" in done.stdout + done.stderr
+
+
+def test_steps_that_train_nothing_still_get_their_checkpoints(world, tmp_path):
+    """Gold answers the policy never gives: every group's rewards are all 0, lze keeps no group, so no step has an
+    optimizer step. Every planned checkpoint (checkpoint_every=1, and the last step's) still exists, with the
+    unchanged weights, and the run finishes; the DeepSpeed states are removed once DONE is written."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from lze_bench.ledger import read_ledger
+    from lze_bench.rundir import checkpoint_dir
+
+    data = write_prompts(tmp_path / "data", 10, gold=lambda i: 7)
+    run = tmp_path / "run"
+    cfg = harness.overrides(world["model"], data, "lze", run, steps=STEPS, batch=BATCH, n=N, micro=MICRO)
+    ok(harness.run_job(cfg, world["cluster"].address))
+    ledger = read_ledger(run)
+    assert list(ledger["step"]) == list(range(STEPS)) and (ledger["responses_trained"] == 0).all()
+    assert not (run / "openrlhf" / "policy_log.jsonl").exists()  # the policy never trained
+    initial = AutoModelForCausalLM.from_pretrained(world["model"]).state_dict()
+    for step in range(1, STEPS + 1):
+        assert (checkpoint_dir(run, step) / "COMPLETE").exists(), f"no checkpoint after step {step}"
+        saved = AutoModelForCausalLM.from_pretrained(checkpoint_dir(run, step)).state_dict()
+        assert all(torch.equal(initial[k], saved[k]) for k in initial)
+    assert (run / "DONE").exists() and not (run / "openrlhf" / "ckpt" / "_actor").exists()

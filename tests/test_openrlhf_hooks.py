@@ -202,7 +202,7 @@ def build_generator(ray_local, tmp_path, monkeypatch, selector: str):
 
     context = RunContext(cfg, num_prompts=len(dataset), flops=FlopModel(100, 2, 8))
     generator = FakeVllm(strategy=strategy, prompts_dataloader=loader, eval_dataloader=None, tokenizer=None,
-                         vllm_engines=[], context=context)
+                         vllm_engines=[], context=context, on_untrained=lambda r: context.write_step(r, {}))
     return generator, context
 
 

@@ -52,6 +52,8 @@ def slurm_parameters(launcher: dict, name: str) -> dict:
         "array_parallelism": int(launcher["array_parallelism"]),
         "setup": [*thread_exports(launcher), *launcher.get("setup", [])],
         "additional_parameters": dict(launcher.get("additional_parameters") or {}),
+        # the job step gets the task's CPUs (Slurm 22.05-23.02 give it one otherwise); a failed task ends the rest
+        "srun_args": [f"--cpus-per-task={int(launcher['cpus_per_task'])}", "--kill-on-bad-exit=1"],
     }
     for key in ("partition", "account", "qos", "constraint"):
         if launcher.get(key):

@@ -110,7 +110,10 @@ class OpenRLHFBackendConfig:
     max_gen_rounds: int = 12  # backend cap on generation rounds per step (DAPO's own cap: 10); then ledger partial
     rollout_store_groups: int = -1  # groups kept for replay (astral); -1: selector buffer_size + batch, else 0
     # checkpoints, grading, logging
-    ckpt_max_num: int = 2  # DeepSpeed states kept for resume (HF checkpoints are all kept)
+    ckpt_max_num: int = 2  # DeepSpeed states kept for resume (HF checkpoints are all kept); >= 2
+    # DeepSpeed states (weights, fp32 masters, Adam moments: ~21 GB per tag for a 1.5B model) are needed only to
+    # resume; a finished run (DONE) deletes them unless kept (checkpoints.remove_ds_states)
+    keep_ds_states: bool = False
     grade_timeout_s: float = 5.0
     placement_timeout_s: float = 600.0  # fail a run whose Ray placement groups are not ready by then (never hang)
     grade_workers: int = 2  # grading processes per vLLM engine
@@ -124,7 +127,7 @@ class OpenRLHFBackendConfig:
             f"{self.openrlhf_version!r} is not supported; use {' or '.join(SUPPORTED_OPENRLHF)}",
         )
         for key in ("vllm_tensor_parallel_size", "train_micro_batch_size", "rollout_micro_batch_size",
-                    "max_len", "max_gen_rounds", "ckpt_max_num", "grade_workers"):
+                    "max_len", "max_gen_rounds", "grade_workers"):
             require(getattr(self, key) > 0, f"backend.{key}", f"must be > 0, got {getattr(self, key)}")
         for key in ("num_nodes", "gpus_per_node"):
             value = getattr(self, key)

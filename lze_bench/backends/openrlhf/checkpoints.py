@@ -13,11 +13,19 @@ an `_actor/` whose `latest` is missing or names no directory is renamed
 (lze-bench's ledger is truncated accordingly by the trainer's restore).
 `fresh_states()` is what OpenRLHF's `init_checkpoint_states` returns when
 there is nothing to resume; the trainer falls back to it for an empty dict.
+
+`remove_ds_states(ckpt_path)` runs after DONE (a finished run is never
+resumed): it deletes the DeepSpeed states (`_actor/`, and any set-aside
+`_actor.unloadable-*`) and HF copies the trainer did not adopt, ~43 GB for a
+1.5B model at `ckpt.max_num` 2 (bf16 weights + fp32 master weights + two Adam
+moments per tag); the HF checkpoints under `checkpoints/` stay.
+`backend.keep_ds_states=true` keeps them (to continue training elsewhere).
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from pathlib import Path
 
@@ -50,3 +58,18 @@ def set_aside_unloadable(ckpt_path: str | Path) -> Path | None:
     log.warning("checkpoint %s has no loadable state (interrupted save); set aside as %s, starting from scratch",
                 actor_dir, target)
     return target
+
+
+def remove_ds_states(ckpt_path: str | Path) -> list[Path]:
+    """Delete a finished run's DeepSpeed states and unadopted HF copies under `ckpt_path`; the removed paths."""
+    root = Path(ckpt_path)
+    if not root.is_dir():
+        return []
+    removed = [p for p in sorted(root.iterdir()) if p.is_dir() and (p.name.startswith("_actor") or
+                                                                     p.name.endswith("_hf"))]
+    for path in removed:
+        shutil.rmtree(path)
+    if removed:
+        log.info("removed DeepSpeed states of the finished run: %s (backend.keep_ds_states=true keeps them)",
+                 ", ".join(p.name for p in removed))
+    return removed

@@ -9,9 +9,13 @@ Invariants checked here, each a one-line LzeBenchError naming the key:
 * `train.batch_size == rollout.batch_size x n` (one optimizer step per training
   step, openrlhf.md §9) and divisible by train micro batch x GPUs (DeepSpeed);
 * colocated vLLM engines x TP == actor GPUs (OpenRLHF asserts it);
+* `ds_enable_sleep` needs ZeRO stage >= 1 (stage 0 has no `offload_states`);
+  `ckpt_max_num >= 2` (OpenRLHF's `save_ckpt` deletes the oldest tag before
+  writing the new one: with 1, a crash mid-save leaves nothing to resume);
 * refused: async training, OpenRLHF's dynamic filtering (the selector replaces
   it), `vllm_generate_batch_size` (extras would be trained a step late), an
-  agent function (the reward must be ours), and any flag we already set.
+  agent function (the reward must be ours), dynamic batching (our per-step
+  accumulation window, actor.py, is the batch), and any flag we already set.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ REFUSED = {
     "--algo.dynamic_filtering_range": "the selector replaces OpenRLHF's dynamic filtering (use selector=dapo)",
     "--rollout.vllm_generate_batch_size": "extra groups would sit in OpenRLHF's buffer and train a step late",
     "--train.agent_func_path": "rewards must come from lze-bench's grading (reward_func.py)",
+    "--train.dynamic_batch_enable": "lze-bench sets DeepSpeed's accumulation window per step from the trimmed update "
+                                    "(actor.py); OpenRLHF's token-budget windows would replace it",
 }
 
 
@@ -155,7 +161,7 @@ def openrlhf_flags(cfg, paths: RunPaths) -> list[str]:
     switch("--data.apply_chat_template", b.apply_chat_template)
     add("--reward.remote_url", str(REWARD_FUNC))
     add("--ckpt.path", str(paths.ckpt))
-    add("--ckpt.save_steps", t.checkpoint_every if t.checkpoint_every > 0 else -1)
+    add("--ckpt.save_steps", -1)  # lze-bench's trainer saves, at its own step count (trainer.py)
     flags.append("--ckpt.save_hf")
     add("--ckpt.max_num", b.ckpt_max_num)
     flags.append("--ckpt.load_enable")  # resume whenever a DeepSpeed checkpoint exists (requeue)
@@ -216,6 +222,12 @@ def check(cfg) -> None:
         )
     if (b.vllm_enable_sleep or b.ds_enable_sleep) and not b.colocate_all:
         raise LzeBenchError("backend.vllm_enable_sleep/ds_enable_sleep: sleep modes need backend.colocate_all=true")
+    if b.ds_enable_sleep and b.zero_stage == 0:
+        raise LzeBenchError("backend.zero_stage: 0 has no offload_states (DeepSpeed's stage-0 optimizer), which "
+                            "backend.ds_enable_sleep needs; use backend.zero_stage=1, 2 or 3, or ds_enable_sleep=false")
+    if b.ckpt_max_num < 2:
+        raise LzeBenchError(f"backend.ckpt_max_num: {b.ckpt_max_num} keeps no loadable checkpoint while a new one is "
+                            "written (OpenRLHF deletes the oldest tag first); use 2 or more")
     if b.max_len <= t.max_new_tokens:
         raise LzeBenchError(
             f"backend.max_len: {b.max_len} must exceed trainer.max_new_tokens={t.max_new_tokens} (prompt + response)"

@@ -15,8 +15,9 @@ is exactly what `lze-bench train backend=openrlhf --dry-run` prints. It
    imports it;
 4. runs `openrlhf.cli.train_ppo_ray` as `__main__` with the flags as argv:
    OpenRLHF's own parser, validation and `train()` run unchanged;
-5. when it returns, checks the ledger is complete, compacts the rollout log and
-   writes DONE.
+5. when it returns, checks the ledger is complete, compacts the rollout log,
+   writes DONE, then deletes the DeepSpeed states a finished run no longer
+   needs (unless `backend.keep_ds_states`; checkpoints.remove_ds_states).
 Before OpenRLHF starts, an interrupted first checkpoint is set aside
 (checkpoints.py), and OpenRLHF's placement groups are awaited for at most
 `backend.placement_timeout_s` (placement.py). The driver's PYTHONPATH, when
@@ -75,7 +76,7 @@ def install_trainer():
 
 def run(config_path: str, flags: list[str]) -> None:
     from lze_bench.backends.openrlhf import require_gpu_stack
-    from lze_bench.backends.openrlhf.checkpoints import set_aside_unloadable
+    from lze_bench.backends.openrlhf.checkpoints import remove_ds_states, set_aside_unloadable
     from lze_bench.backends.openrlhf.command import RunPaths
     from lze_bench.backends.openrlhf.context import finish_run, load_run_config
     from lze_bench.backends.openrlhf.placement import bounded_placement
@@ -99,6 +100,8 @@ def run(config_path: str, flags: list[str]) -> None:
         finally:
             sys.argv = saved_argv
         finish_run(cfg.run_dir, int(cfg.trainer.steps))
+        if not cfg.backend.keep_ds_states:
+            remove_ds_states(RunPaths(Path(cfg.run_dir)).ckpt)
     finally:
         ray.shutdown()
 

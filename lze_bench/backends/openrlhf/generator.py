@@ -17,9 +17,10 @@ returns the samples of the step's update groups (kept, then replayed; n
 consecutive samples each, at most `rollout.batch_size` groups), so
 `generate_samples`' buffer, vLLM sleep/wake and the experience maker stay
 OpenRLHF's. The trainer (context.plan_update) has already decided which of
-their responses train (trim.py); a step where none does gets its ledger row
-here and the next step runs in the same call (OpenRLHF's fit would otherwise
-skip it without a ledger hook). After `trainer.steps` steps it returns
+their responses train (trim.py); a step where none does is handed to the
+trainer's `on_untrained` (its ledger row, its checkpoint when due) and the
+next step runs in the same call (OpenRLHF's fit would otherwise skip it
+without a ledger hook). After `trainer.steps` steps it returns
 `([], 0, True)`, which ends OpenRLHF's `fit` loop.
 """
 
@@ -61,9 +62,10 @@ def group_from_experiences(prompt_id: int, experiences: list) -> Group:
 class LzeSamplesGenerator(SamplesGenerator):
     """OpenRLHF's generator with the selector deciding rollouts and kept groups."""
 
-    def __init__(self, *args, context, **kwargs):
+    def __init__(self, *args, context, on_untrained, **kwargs):
         super().__init__(*args, **kwargs)
         self.context = context
+        self.on_untrained = on_untrained  # record -> None: the trainer books a step that trains nothing
         dataset = self.prompts_dataloader.dataset
         check_dataset_ids(list(dataset.labels))
         self._dataset = dataset
@@ -90,7 +92,7 @@ class LzeSamplesGenerator(SamplesGenerator):
             if self.context.plan_update(record):
                 self.records.append(record)
                 return [e for group in record.train_groups for e in group.payload], considered, False
-            self.context.write_step(record, {})  # nothing trains this step: its row now, no optimizer step
+            self.on_untrained(record)  # nothing trains this step: its row (and checkpoint) now, no optimizer step
         return [], considered, True
 
     def _rollout(self, ids: np.ndarray, **generate_kwargs) -> list:

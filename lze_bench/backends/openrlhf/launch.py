@@ -112,14 +112,13 @@ def train(cfg) -> Path:
 
 def _run_node(cfg) -> Path:
     from lze_bench.backends.openrlhf.command import cluster_shape
-    from lze_bench.backends.openrlhf.slurm import NodeRole, node_main
-
     from lze_bench.backends.openrlhf.placement import ray_cpus
+    from lze_bench.backends.openrlhf.slurm import NodeRole, job_hosts, node_main
 
     _, gpus = cluster_shape(cfg)
     role = NodeRole.from_env(gpus, ray_cpus(cfg))
     paths = prepare(cfg)[0] if role.rank == 0 else resolve_paths(cfg)
-    code = node_main(paths.run_dir, role)
+    code = node_main(paths.run_dir, role, peers=job_hosts()[1:])
     if code != 0:
         raise LzeBenchError(f"the OpenRLHF driver exited with code {code} on {role.head_host}")
     return paths.run_dir
@@ -133,12 +132,14 @@ def _submit(cfg) -> Path:
     from lze_bench.backends.openrlhf.slurm import OpenRLHFJob, executor_parameters
 
     paths, _ = prepare(cfg)
-    params = executor_parameters(cfg, paths.work / "slurm")
-    folder = params.pop("folder")
-    executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=params.pop("max_requeue"))
-    executor.update_parameters(**params)
+    folder = paths.work / "slurm"
+    try:
+        executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=int(cfg.launcher.max_requeue))
+    except RuntimeError as exc:  # submitit checks for srun
+        raise LzeBenchError(f"launcher=slurm: {exc} (no srun on PATH); run here with launcher=local") from exc
+    executor.update_parameters(**executor_parameters(cfg))
     job = executor.submit(OpenRLHFJob(), str(paths.run_dir), cluster_shape(cfg)[1], ray_cpus(cfg))
     print(f"submitted Slurm job {job.job_id} for {paths.run_dir}", file=sys.stderr)
-    (paths.work / "slurm").mkdir(parents=True, exist_ok=True)
-    (paths.work / "slurm" / "job_id").write_text(f"{job.job_id}\n")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "job_id").write_text(f"{job.job_id}\n")
     return paths.run_dir

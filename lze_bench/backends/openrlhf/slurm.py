@@ -6,9 +6,26 @@ nodes joined, runs the driver command saved at preparation time
 LZE_RAY_ADDRESS pointing at the head, then writes a done marker on the shared
 filesystem and stops Ray. Other ranks run `ray start --address ... --block`
 and return once the marker appears (a lost head would otherwise make them fail
-and the job count as failed). Ports derive from the job id so jobs sharing a
-node do not collide; Ray's temp dir is short and node-local (socket paths must
-stay under ~107 characters).
+and the job count as failed); if the head is gone without a marker (its node
+died, the driver was killed) they return non-zero at once instead of holding
+their nodes until the time limit: their own `ray start` has exited, or the
+head's GCS port has refused connections `HEAD_LOST_POLLS` times in a row.
+
+Addresses and ports: the head's address is never a loopback one (Debian maps a
+host's own name to 127.0.1.1, which `gethostbyname` returns on the head node
+and no worker can reach; `head_address`). Ports derive from the job id so
+jobs sharing a node do not collide, and stay in [20000, 32768): above Ray's
+own worker-port range (10002-19999) and below Linux's ephemeral range
+(32768-60999), where the kernel and Ray pick ports for other connections.
+Ray's temp dir is short and node-local (socket paths must stay under ~107
+characters).
+
+Processes and threads: `srun` gets `--cpus-per-task` (Slurm 22.05-23.02 do not
+pass sbatch's value to job steps, so Ray, every vLLM engine and every policy
+rank would share one core) and `--kill-on-bad-exit=1` (a failed task ends the
+others). Ray and the driver get `OMP_NUM_THREADS` = the task's CPUs over the
+two processes per GPU (a vLLM engine and a policy rank), not the node's count
+in every process (`threads_per_process`).
 
 Requeue: `OpenRLHFJob` is `submitit.helpers.Checkpointable`, so a timeout or
 preemption resubmits the same call; the rerun passes `--ckpt.load_enable`
@@ -46,8 +63,11 @@ from lze_bench.errors import LzeBenchError
 
 log = logging.getLogger(__name__)
 
-RAY_BASE_PORT = 20000
+RAY_BASE_PORT = 20000  # Ray's worker ports are 10002-19999 by default
+RAY_PORT_END = 32768  # Linux's ephemeral range starts here (net.ipv4.ip_local_port_range)
+PORTS_PER_JOB = 4
 NODE_WAIT_S = 600.0
+HEAD_LOST_POLLS = 3
 POLL_S = 10.0
 STOP_WAIT_S = 60.0
 RAY_CLI = (sys.executable, "-m", "ray.scripts.scripts")  # the job's interpreter, not PATH
@@ -66,7 +86,8 @@ class NodeRole:
     @property
     def port(self) -> int:
         digits = "".join(c for c in self.job_id if c.isdigit()) or "0"
-        return RAY_BASE_PORT + int(digits) % 10000 * 4  # 4 ports per job (below)
+        slots = (RAY_PORT_END - RAY_BASE_PORT) // PORTS_PER_JOB
+        return RAY_BASE_PORT + int(digits) % slots * PORTS_PER_JOB  # 4 ports per job (below)
 
     @property
     def temp_dir(self) -> str:
@@ -77,8 +98,7 @@ class NodeRole:
         env = os.environ
         if "SLURM_PROCID" not in env:
             raise LzeBenchError("not inside a Slurm job step (SLURM_PROCID unset); submit with launcher=slurm")
-        hosts = subprocess.run(["scontrol", "show", "hostnames", env["SLURM_JOB_NODELIST"]], capture_output=True,
-                               text=True, check=True).stdout.split()
+        hosts = job_hosts()
         return cls(
             rank=int(env["SLURM_PROCID"]),
             num_nodes=int(env.get("SLURM_NNODES", len(hosts) or 1)),
@@ -88,6 +108,12 @@ class NodeRole:
             gpus=int(gpus),
             cpus=max(int(env.get("SLURM_CPUS_PER_TASK") or os.cpu_count() or 1), int(min_cpus)),
         )
+
+
+def job_hosts() -> list[str]:
+    """This job's node names, head first (`scontrol show hostnames $SLURM_JOB_NODELIST`)."""
+    return subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]], capture_output=True,
+                          text=True, check=True).stdout.split()
 
 
 def _common(role: NodeRole, port: int) -> list[str]:
@@ -103,6 +129,41 @@ def head_command(role: NodeRole, head_ip: str) -> list[str]:
 
 def worker_command(role: NodeRole, head_ip: str) -> list[str]:
     return [*RAY_CLI, "start", f"--address={head_ip}:{role.port}", "--block", *_common(role, role.port)]
+
+
+def threads_per_process(role: NodeRole) -> int:
+    """OMP threads for each of this node's Ray processes: a vLLM engine and a policy rank per GPU."""
+    return max(1, int(role.cpus) // max(1, 2 * int(role.gpus)))
+
+
+def _is_loopback(address: str) -> bool:
+    import ipaddress
+
+    return ipaddress.ip_address(address).is_loopback
+
+
+def head_address(host: str, peers: list[str] = ()) -> str:
+    """A non-loopback IPv4 address of `host`: its resolved addresses first, else (this node's own name mapped to
+    127.0.1.1) the address this node uses to reach a peer node (a UDP connect sends nothing)."""
+    try:
+        resolved = [info[4][0] for info in socket.getaddrinfo(host, None, socket.AF_INET)]
+    except socket.gaierror as exc:
+        raise LzeBenchError(f"cannot resolve the Ray head {host!r}: {exc}") from exc
+    for address in resolved:
+        if not _is_loopback(address):
+            return address
+    for peer in [*peers, "10.255.255.254"]:  # any routable target: only the route is looked up
+        try:
+            target = socket.getaddrinfo(peer, 9, socket.AF_INET)[0][4][0]
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                probe.connect((target, 9))
+                address = probe.getsockname()[0]
+        except OSError:
+            continue
+        if not _is_loopback(address):
+            return address
+    raise LzeBenchError(f"the Ray head {host!r} resolves only to loopback ({', '.join(resolved)}) and no "
+                        "non-loopback interface was found; fix the node's /etc/hosts or DNS")
 
 
 def stop_ray(proc: subprocess.Popen) -> None:
@@ -127,16 +188,18 @@ def load_driver_argv(run_dir: str | Path) -> list[str]:
     return list(json.loads(path.read_text())["argv"])
 
 
-def node_main(run_dir: str | Path, role: NodeRole) -> int:
-    """Run this node's part of the job; returns the driver's exit code on rank 0, 0 elsewhere."""
-    head_ip = socket.gethostbyname(role.head_host)
+def node_main(run_dir: str | Path, role: NodeRole, peers: list[str] = ()) -> int:
+    """Run this node's part of the job; returns the driver's exit code on rank 0, 0 elsewhere (non-zero on a worker
+    whose head went away without finishing). `peers`: the other nodes' host names (head_address)."""
+    head_ip = head_address(role.head_host, list(peers))
     marker = done_marker(run_dir, role)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads_per_process(role)))
     if role.rank > 0:
-        return _worker(role, head_ip, marker)
-    head = subprocess.Popen(head_command(role, head_ip))
+        return _worker(role, head_ip, marker, env)
+    head = subprocess.Popen(head_command(role, head_ip), env=env)
     try:
         _wait_for_nodes(f"{head_ip}:{role.port}", role.num_nodes, head)
-        env = dict(os.environ, LZE_RAY_ADDRESS=f"{head_ip}:{role.port}")
+        env["LZE_RAY_ADDRESS"] = f"{head_ip}:{role.port}"
         code = subprocess.run(load_driver_argv(run_dir), env=env, check=False).returncode
     finally:
         marker.parent.mkdir(parents=True, exist_ok=True)
@@ -145,11 +208,29 @@ def node_main(run_dir: str | Path, role: NodeRole) -> int:
     return code
 
 
-def _worker(role: NodeRole, head_ip: str, marker: Path) -> int:
+def _head_answers(head_ip: str, port: int) -> bool:
+    try:
+        with socket.create_connection((head_ip, port), timeout=5):
+            return True
+    except OSError:
+        return False
+
+
+def _worker(role: NodeRole, head_ip: str, marker: Path, env: dict) -> int:
     time.sleep(POLL_S)  # let the head come up first
-    proc = subprocess.Popen(worker_command(role, head_ip))
+    proc = subprocess.Popen(worker_command(role, head_ip), env=env)
+    lost = 0
     try:
         while not marker.exists():
+            if proc.poll() is not None:
+                log.error("this node's Ray exited (code %s) before the job finished; the head is gone",
+                          proc.returncode)
+                return 1
+            lost = 0 if _head_answers(head_ip, role.port) else lost + 1
+            if lost >= HEAD_LOST_POLLS:
+                log.error("the Ray head %s:%d has not answered for %d polls; leaving the job", head_ip, role.port,
+                          lost)
+                return 1
             time.sleep(POLL_S)
     finally:
         stop_ray(proc)
@@ -182,30 +263,33 @@ def _wait_for_nodes(address: str, num_nodes: int, head: subprocess.Popen | None 
         ray.shutdown()
 
 
-def executor_parameters(cfg, folder: str | Path) -> dict:
-    """submitit AutoExecutor parameters for one run of this backend (also the script's #SBATCH lines)."""
+def executor_parameters(cfg) -> dict:
+    """submitit SlurmExecutor parameters of one run of this backend: the job submitit submits and, rendered by
+    submitit's own `_make_sbatch_string`, the script `--dry-run` prints (script.py)."""
     from lze_bench.backends.openrlhf.command import cluster_shape
+    from lze_bench.backends.openrlhf.placement import ray_cpus
 
     launcher = cfg.launcher
     nodes, gpus = cluster_shape(cfg)
+    cpus = max(int(launcher.cpus_per_task), ray_cpus(cfg))
     params = {
-        "name": f"lze-{Path(str(cfg.run_dir)).name}"[:64],
+        "job_name": f"lze-{Path(str(cfg.run_dir)).name}"[:64],
         "nodes": nodes,
-        "tasks_per_node": 1,
+        "ntasks_per_node": 1,
         "gpus_per_node": gpus,
-        "cpus_per_task": launcher.cpus_per_task,
-        "timeout_min": launcher.timeout_min,
-        "slurm_exclusive": True,
-        "slurm_setup": list(launcher.setup),
-        "slurm_additional_parameters": {"requeue": True, **dict(launcher.additional_parameters)},
-        "max_requeue": int(launcher.max_requeue),  # submitit: AutoExecutor(slurm_max_num_timeout=...)
+        "cpus_per_task": int(launcher.cpus_per_task),
+        "time": int(launcher.timeout_min),
+        "exclusive": True,
+        "setup": list(launcher.setup),
+        "additional_parameters": {"requeue": True, **dict(launcher.additional_parameters)},
+        # job steps get the task's CPUs (Slurm 22.05-23.02 give them one otherwise); a failed task ends the rest
+        "srun_args": [f"--cpus-per-task={cpus}", "--kill-on-bad-exit=1"],
     }
     for key in ("partition", "account", "qos", "constraint"):
         if getattr(launcher, key):
-            params[f"slurm_{key}"] = getattr(launcher, key)
+            params[key] = str(getattr(launcher, key))
     if launcher.mem_gb:
-        params["mem_gb"] = launcher.mem_gb
-    params["folder"] = str(folder)
+        params["mem"] = f"{int(launcher.mem_gb)}GB"
     return params
 
 
@@ -220,7 +304,7 @@ try:  # submitit is a core dependency; the class is defined only when it imports
 
         def __call__(self, run_dir: str, gpus: int, cpus: int = 1) -> int:
             role = NodeRole.from_env(gpus, cpus)
-            code = node_main(run_dir, role)
+            code = node_main(run_dir, role, peers=job_hosts()[1:])
             if code != 0:
                 raise LzeBenchError(f"the OpenRLHF driver exited with code {code} (job {role.job_id}); "
                                     "rerun the same command to resume")
@@ -266,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_run_config(Path(args[0]) / "config.yaml")
     role = NodeRole.from_env(int(args[1]), ray_cpus(cfg))
     install_requeue_handler(role, int(cfg.launcher.max_requeue))
-    return node_main(args[0], role)
+    return node_main(args[0], role, peers=job_hosts()[1:])
 
 
 if __name__ == "__main__":

@@ -14,11 +14,16 @@ with `ray.remote` (entry.py installs it). Overrides, each calling OpenRLHF's own
   data order, step and selector state (resume, requeue); an empty state (the
   actors found nothing loadable) is a fresh start, not OpenRLHF's KeyError;
 * `save_logs_and_checkpoints`: once per trained step, write the ledger and
-  rollout rows (lze_bench.ledger, FLOPs from lze_bench.flops), put our position
-  into `client_states`, save the selector state (and replay store), force a
-  checkpoint at the last step, then adopt OpenRLHF's `global_step{N}_hf` as
-  `checkpoints/step_S` (S = training steps done) + COMPLETE. A step that
-  trains nothing is written by the generator and has no checkpoint of its own.
+  rollout rows (lze_bench.ledger, FLOPs from lze_bench.flops) and let OpenRLHF
+  log; the checkpoint is ours (OpenRLHF runs with `--ckpt.save_steps -1`):
+  at every checkpoint step of our count (`trainer.checkpoint_every`, the last
+  step), the selector state (and replay store), OpenRLHF's actor
+  `save_checkpoint` under tag `lze_stepSSSSSS` with our position in
+  `client_states`, then its HF directory adopted as `checkpoints/step_S`
+  (S = training steps done) + COMPLETE;
+* a step that trains nothing (every response trimmed, generator.py) gets its
+  ledger row and, when one is due, its checkpoint the same way: every planned
+  checkpoint exists, the last step's included.
 """
 
 from __future__ import annotations
@@ -50,9 +55,10 @@ class LzePPOTrainer(BasePPOTrainer):
         self.lze = RunContext.from_env(num_prompts=len(self.prompts_dataloader.dataset),
                                        dp_ranks=dp_ranks(self.args), features_factory=self._features)
         maker = self.experience_maker
-        make_batch, self._openrlhf_split = maker.make_experience_batch, maker.split_rollout_samples
+        make_batch = maker.make_experience_batch
         maker.make_experience_batch = lambda samples: self._shape(make_batch(samples))
         maker.split_rollout_samples = self._split
+        self._global_step = 0  # OpenRLHF's optimizer-step count, for the checkpoints of untrained steps
         self.samples_generator = LzeSamplesGenerator(
             strategy=self.strategy,
             prompts_dataloader=self.prompts_dataloader,
@@ -60,6 +66,7 @@ class LzePPOTrainer(BasePPOTrainer):
             tokenizer=self.tokenizer,
             vllm_engines=self.vllm_engines,
             context=self.lze,
+            on_untrained=self._untrained_step,
         )
 
     def _features(self, cfg, flops):
@@ -91,8 +98,6 @@ class LzePPOTrainer(BasePPOTrainer):
     def _split(self, rollout_samples):
         """OpenRLHF's split into forward micro-batches, dealt evenly over the DP ranks (trim.balanced_chunks):
         an update batch of any size must not leave a rank without a forward."""
-        if self.args.train.dynamic_batch_enable:  # OpenRLHF's own partition is already per rank
-            return self._openrlhf_split(rollout_samples)
         from openrlhf.trainer.ppo_utils.experience import Experience
 
         from lze_bench.backends.openrlhf.trim import balanced_chunks
@@ -116,27 +121,36 @@ class LzePPOTrainer(BasePPOTrainer):
     def init_checkpoint_states(self):
         states = super().init_checkpoint_states() or fresh_states()  # {}: the actors loaded nothing
         self.lze.restore(states)
+        self._global_step = int(states.get("global_step", 0) or 0)
         return states
 
     def save_logs_and_checkpoints(self, global_step: int, logs_dict=None, client_states=None) -> None:
+        """Once per trained step (OpenRLHF's hook): our ledger row, OpenRLHF's logging, our checkpoint."""
         logs_dict = logs_dict or {}
-        record = self.samples_generator.take_record()
-        row = self.lze.write_step(record, logs_dict)
+        row = self.lze.write_step(self.samples_generator.take_record(), logs_dict)
         log.info("step %d: %d/%d groups kept, %.3g FLOPs", row["step"], row["groups_kept"],
                  row["prompts_rolled_out"], row["flops_total"])
-        client_states = dict(client_states or {})
-        client_states[CLIENT_STATE_KEY] = self.lze.client_state()
+        self._global_step = int(global_step)
+        super().save_logs_and_checkpoints(global_step, logs_dict, client_states)  # logs (--ckpt.save_steps -1)
+        self._checkpoint_if_due(dict(client_states or {}))
+
+    def _untrained_step(self, record) -> None:
+        """A step whose update trains nothing (generator.py): its ledger row, and its checkpoint when one is due
+        (the weights are the previous step's; a planned checkpoint exists either way)."""
+        self.lze.write_step(record, {})
+        self._checkpoint_if_due({**fresh_states(), "global_step": self._global_step})
+
+    def _checkpoint_if_due(self, client_states: dict) -> None:
+        """At a checkpoint step (context.is_checkpoint_step, our step count): selector state, replay store,
+        OpenRLHF's actor checkpoint (DeepSpeed states + HF weights) under tag `lze_stepSSSSSS`, then the HF
+        directory adopted as checkpoints/step_S (+ COMPLETE). Our tags never repeat, so a save never overwrites
+        the checkpoint a resume would load."""
         steps_done = self.lze.steps_done
-        save_now = self.lze.is_checkpoint_step(steps_done)
-        if save_now:
-            self.lze.save_selector_state(steps_done)
-        saved_every = self.args.ckpt.save_steps
-        # OpenRLHF saves when global_step % save_steps == 0; our steps decide (global_step lags them
-        # when a step trains nothing), so make that true exactly when we save
-        self.args.ckpt.save_steps = global_step if save_now else float("inf")
-        try:
-            super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
-        finally:
-            self.args.ckpt.save_steps = saved_every
-        if save_now:
-            self.lze.adopt_checkpoint(steps_done, Path(self.args.ckpt.path) / f"global_step{global_step}_hf")
+        if not self.lze.is_checkpoint_step(steps_done):
+            return
+        client_states[CLIENT_STATE_KEY] = self.lze.client_state()
+        self.lze.save_selector_state(steps_done)
+        tag = f"lze_step{steps_done:06d}"
+        ray.get(self.actor_model_group.async_run_method(method_name="save_checkpoint", tag=tag,
+                                                        client_states=client_states))
+        self.lze.adopt_checkpoint(steps_done, Path(self.args.ckpt.path) / f"{tag}_hf")

@@ -36,10 +36,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def write_prompts(root: Path, count: int) -> Path:
+def write_prompts(root: Path, count: int, gold=lambda i: i % 2) -> Path:
+    """`gold(i)`: prompt i's answer (the tiny policy answers 0 or 1; any other gold makes every reward 0)."""
     path = root / "gsm8k" / "train.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = [{"question": f"Is {i} odd? Reply 1 for yes, 0 for no.", "answer": f"#### {i % 2}"} for i in range(count)]
+    rows = [{"question": f"Is {i} odd? Reply 1 for yes, 0 for no.", "answer": f"#### {gold(i)}"} for i in range(count)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return root
 
