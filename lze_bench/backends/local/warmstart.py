@@ -17,6 +17,12 @@ concurrent sweep jobs build it once: the first builds into a temporary folder
 and renames it; the others wait on the lock, then load. `warmstart.json`
 records the recipe, the cost and the held-out accuracy per level.
 
+Progress: the builder writes its step count to `<cache>/warmstart/<key>.progress.json`
+as it goes, and `ensure_warmstart(..., report=)` passes it on, to the builder
+and (polled every 2 s) to the jobs waiting on the lock; the trainer writes it
+into the run's progress.json, so `sweep status` shows "warm start 120/300"
+instead of a run stuck at step 0 for minutes.
+
 Data order and initial weights come from `backend.init_seed`, never the run's
 `seed`. Batches are consecutive slices of a permutation of the `sft` split.
 """
@@ -34,6 +40,7 @@ import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -80,35 +87,68 @@ def _plain(node) -> dict:
     return asdict(node) if hasattr(node, "__dataclass_fields__") else dict(node)
 
 
+# report(done, total, note): steps of the warm start done / planned, and what is happening
+Report = Callable[[Optional[int], Optional[int], str], None]
+WAIT_POLL_S = 2.0
+
+
 @contextlib.contextmanager
-def _file_lock(path: Path):
+def _file_lock(path: Path, while_waiting: Callable[[], None] | None = None):
+    """An exclusive lock; while another process holds it, `while_waiting()` runs every WAIT_POLL_S."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | (fcntl.LOCK_NB if while_waiting else 0))
+                break
+            except BlockingIOError:
+                while_waiting()
+                time.sleep(WAIT_POLL_S)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def ensure_warmstart(model_cfg, task_cfg, backend_cfg, device, grader) -> Path:
-    """The cached warm-start directory, built first if missing (blocking on the lock)."""
+def ensure_warmstart(model_cfg, task_cfg, backend_cfg, device, grader, report: Report | None = None) -> Path:
+    """The cached warm-start directory, built first if missing (blocking on the lock); `report` hears
+    the progress of the build, this process's or (while waiting) the one holding the lock."""
     key, recipe = warmstart_key(model_cfg, task_cfg, backend_cfg, device.type)
     root = cache_root(backend_cfg) / "warmstart"
     target = root / key
     if (target / INFO_FILE).exists():
         return target
-    with _file_lock(root / f"{key}.lock"):
+    shared = root / f"{key}.progress.json"
+
+    def waiting() -> None:
+        if report is not None:
+            seen = _read_json(shared)
+            report(seen.get("done"), seen.get("total"), "another job is building it")
+
+    def building(done: int | None, total: int | None, note: str) -> None:
+        atomic_write_json(shared, {"done": done, "total": total, "note": note})
+        if report is not None:
+            report(done, total, note)
+
+    with _file_lock(root / f"{key}.lock", waiting if report is not None else None):
         if (target / INFO_FILE).exists():  # another job built it while we waited
             return target
         log.info("building warm start %s (cached for every run with this recipe)", key)
         tmp = root / f".tmp-{key}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        info = _build(model_cfg, task_cfg, backend_cfg, device, grader, tmp)
+        info = _build(model_cfg, task_cfg, backend_cfg, device, grader, tmp, building)
         atomic_write_json(tmp / INFO_FILE, {"key": key, "recipe": recipe, **info})
         shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
+        shared.unlink(missing_ok=True)
     return target
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):  # not written yet, or being replaced
+        return {}
 
 
 def read_info(directory: Path) -> dict:
@@ -137,7 +177,7 @@ def _batches(count: int, batch_size: int, steps: int, seed: int):
     return out[:steps]
 
 
-def _build(model_cfg, task_cfg, backend_cfg, device, grader, out_dir: Path) -> dict:
+def _build(model_cfg, task_cfg, backend_cfg, device, grader, out_dir: Path, report: Report) -> dict:
     import torch
 
     from lze_bench.backends.local.heldout import encode_prompts, evaluate
@@ -158,6 +198,7 @@ def _build(model_cfg, task_cfg, backend_cfg, device, grader, out_dir: Path) -> d
     optimizer = torch.optim.AdamW(model.parameters(), lr=backend_cfg.warmstart_lr, betas=(0.9, 0.98), weight_decay=0.0)
     start, tokens, flops, losses = time.perf_counter(), 0, 0, []
     model.train()
+    report(0, steps, "training (cached for every run of this recipe)")
     with progress_bar("warm start", steps) as advance:
         for step, batch in enumerate(_batches(len(seqs), backend_cfg.warmstart_batch_size, steps, backend_cfg.init_seed)):
             for group in optimizer.param_groups:
@@ -173,7 +214,9 @@ def _build(model_cfg, task_cfg, backend_cfg, device, grader, out_dir: Path) -> d
             tokens += int(lengths[batch].sum())
             flops += flop_model.train(lengths[batch])
             advance(f"loss {np.mean(losses[-20:]):.3f}")
+            report(step + 1, steps, "training (cached for every run of this recipe)")
     train_s = time.perf_counter() - start
+    report(steps, steps, "held-out eval")
     test_rows = load_split("test", task_cfg)
     result = evaluate(model, tokenizer, test_rows, grader, flop_model, max_new_tokens=_max_response(test_rows),
                       chunk_size=backend_cfg.gen_chunk_size)
