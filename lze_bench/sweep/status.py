@@ -146,7 +146,7 @@ class SweepDisplay:
                 error = f" ({entry['error']})" if status == "failed" and entry.get("error") else ""
                 doing = f": {phase}" if phase else ""
                 self.console.print(f"[sweep] {name}: {status} (job {entry.get('job_id') or '-'}){doing}{error}",
-                                   markup=False, highlight=False)
+                                   markup=False, highlight=False, soft_wrap=True)  # one log line each
 
     def _phase(self, entry: dict) -> str | None:
         """What a running job does before its first step (progress.json), for one line per change."""
