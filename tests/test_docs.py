@@ -4,7 +4,8 @@ Docstrings, recipes, tests and reports cite `design.md "Equal compute"`,
 `selectors.md §3`, `openrlhf.md §9 "Entry point"`: each must name a file in
 `docs/`, a cited § must be a numbered section of it, and a quoted name must be
 a heading of design.md or appear in the cited section. No file points outside
-the repository (a clone has nothing beside it).
+the repository (a clone has nothing beside it); only the CI script may look for
+the full benchmark files beside our own checkout, for its optional full_data step.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def test_every_cited_section_and_name_exists():
 
 def test_nothing_points_outside_the_repository():
     me = Path(__file__).resolve()
-    hits = [f"{path.relative_to(REPO)}: {marker}" for path in scanned_files() if path.resolve() != me
+    files = [path for path in scanned_files() if path.resolve() != me and path.parts[len(REPO.parts)] != ".ci"]
+    hits = [f"{path.relative_to(REPO)}: {marker}" for path in files
             for marker in OUTSIDE if marker in path.read_text(encoding="utf-8", errors="replace")]
     assert not hits, "\n".join(hits)
