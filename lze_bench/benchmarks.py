@@ -7,8 +7,8 @@ normalized (lze_bench.grading.normalize_gold styles) and the prompt template.
 It imports only the registry, so data loading, tasks, evaluation and the
 backends all read it from below (tests/test_layout.py).
 
-Sources: local files and gold formats from /work/shared/data/*/SOURCE.md
-(design.md "Data"); hub ids are the usual public copies:
+Sources: local files and gold formats from tests/data/<name>/SOURCE.md (the
+slices there name the full files' origin; design.md "Data"); hub ids are the usual public copies:
 - gsm8k: openai/gsm8k (config "main"), same fields as the local file;
 - math500: HuggingFaceH4/MATH-500, same fields;
 - aime25: MathArena/aime_2025 (split "train", fields problem/answer); the local
@@ -86,13 +86,13 @@ register(BenchmarkSpec(
 
 # Training sets of the scale path (lze_bench.tasks.datasets), loaded by the same code.
 # MATH train (Hendrycks et al., 7,500 rows; the LZE launcher's set): the PRM800K copy is only
-# a Git LFS pointer (shared/data/README.md), so the hub copy DigitalLearningGmbH/MATH-lighteval;
+# a Git LFS pointer (tests/data/math500/SOURCE.md), so the hub copy DigitalLearningGmbH/MATH-lighteval;
 # its gold is the last \\boxed{} of `solution`.
 register(BenchmarkSpec(
     name="math", split="train", problem_field="problem", answer_field="solution", gold_style="boxed",
     hub_id="DigitalLearningGmbH/MATH-lighteval", hub_split="train", expected_rows=7500,
 ))
-# DAPO-Math-17k, deduplicated local copy (shared/data); the hub original repeats each prompt, so no hub id.
+# DAPO-Math-17k, deduplicated local copy (tests/data/dapo_math_17k/SOURCE.md); the hub original repeats each prompt, so no hub id.
 register(BenchmarkSpec(
     name="dapo_math_17k", split="train", problem_field="prompt.0.content",
     answer_field="reward_model.ground_truth", gold_style="integer", expected_rows=17917,

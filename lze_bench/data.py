@@ -2,7 +2,7 @@
 
 Where rows come from, first match wins:
 1. the data root: `data.root`, else env LZE_BENCH_DATA (config.env_data_root);
-   layout as /work/shared/data: `<root>/<name>/<split>.jsonl` (or `.parquet`);
+   layout as tests/data: `<root>/<name>/<split>.jsonl` (or `.parquet`);
 2. a generated source (`BenchmarkSpec.loader`, e.g. the synthetic task);
 3. the Hugging Face hub (`datasets` imported here only; install the `hub` extra).
 Nothing is downloaded when the local file exists, so tests and CI never touch

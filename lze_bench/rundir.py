@@ -9,6 +9,8 @@ Layout (design.md "The run directory"):
       selector_state/step_000100.npz
       checkpoints/step_000100/   a Hugging Face model directory (+ trainer_state.pt)
       evals/<checkpoint>/<benchmark>.jsonl and summary.json
+      progress.json          while a run is preparing: what it is doing (the warm start's steps), read
+                             by `sweep status`; removed when the run finishes
       DONE                   written last; a run without it is resumable
 
 Every file is written to a temporary name in the same folder and renamed, so a
@@ -30,6 +32,7 @@ from pathlib import Path
 from lze_bench.errors import LzeBenchError
 
 DONE = "DONE"
+PROGRESS = "progress.json"
 CONFIG = "config.yaml"
 CHECKPOINTS = "checkpoints"
 SELECTOR_STATE = "selector_state"
@@ -122,6 +125,24 @@ def is_done(run_dir: str | os.PathLike) -> bool:
 
 def mark_done(run_dir: str | os.PathLike, summary: dict | None = None) -> None:
     atomic_write_json(Path(run_dir) / DONE, summary or {})
+
+
+def write_progress(run_dir: str | os.PathLike, phase: str, done: int | None = None, total: int | None = None,
+                   note: str = "") -> None:
+    """Say what the run is doing before its ledger has rows (`phase` "warm start", "initial eval", "training")."""
+    atomic_write_json(Path(run_dir) / PROGRESS, {"phase": phase, "done": done, "total": total, "note": note})
+
+
+def read_progress(run_dir: str | os.PathLike) -> dict | None:
+    """The run's progress.json, or None (absent, or being replaced right now)."""
+    try:
+        return json.loads((Path(run_dir) / PROGRESS).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def clear_progress(run_dir: str | os.PathLike) -> None:
+    (Path(run_dir) / PROGRESS).unlink(missing_ok=True)
 
 
 def refuse_finished(run_dir: str | os.PathLike) -> None:

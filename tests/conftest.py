@@ -1,23 +1,66 @@
-"""Shared fixtures: where the real benchmark files live, and an isolated cache."""
+"""Shared fixtures: the benchmark slices shipped in tests/data, and the optional full files.
+
+Every test that reads benchmark rows reads the slices in `tests/data/<name>/`
+(a few real rows per benchmark, byte for byte, with their source and licence in
+each SOURCE.md; `tests/data/slices.json` says which lines of the full file they
+are). So a clone tests itself with nothing beside it.
+
+The full files are optional: tests marked `full_data` (deselected by default,
+pyproject addopts) check them and the slices against them; run them with
+`LZE_BENCH_SHARED_DATA=DIR python3 -m pytest -q -m full_data`, DIR laid out as
+`DIR/<name>/test.jsonl`. No test looks beside the checkout on its own.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data"  # data.root for the slices: DATA/<name>/test.jsonl
+FULL_DATA_ENV = "LZE_BENCH_SHARED_DATA"
 
 
-def shared_data_dir() -> Path:
-    """The real benchmark files (../shared/data beside the checkout; env LZE_BENCH_SHARED_DATA overrides)."""
-    return Path(os.environ.get("LZE_BENCH_SHARED_DATA", REPO.parent / "shared" / "data"))
+def slices() -> dict[str, dict]:
+    """`<name>/<file>` -> {"lines": 1-based lines of the full file, in slice order, "full_rows", "full_sha256"}."""
+    return json.loads((DATA / "slices.json").read_text(encoding="utf-8"))
+
+
+def full_data_dir() -> Path | None:
+    """The full benchmark files, only where LZE_BENCH_SHARED_DATA names them."""
+    value = os.environ.get(FULL_DATA_ENV)
+    return Path(value) if value else None
 
 
 @pytest.fixture
-def shared_data() -> Path:
-    path = shared_data_dir()
-    if not path.is_dir():
-        pytest.skip(f"real benchmark files not found at {path} (set LZE_BENCH_SHARED_DATA)")
+def benchmark_data() -> Path:
+    """The slices' root (`data.root`)."""
+    return DATA
+
+
+@pytest.fixture
+def benchmark_line():
+    """`line(file, n)`: line `n` (1-based) of the full benchmark file `file` (e.g. "gsm8k/test.jsonl"),
+    read from its slice; a line the slice does not hold is an error naming slices.json."""
+    table = slices()
+
+    def line(file: str, number: int) -> str:
+        kept = table[file]["lines"]
+        if number not in kept:
+            raise KeyError(f"line {number} of {file} is not in its slice: add it to tests/data/slices.json "
+                           "and run tests/data/slice_benchmarks.py")
+        return (DATA / file).read_text(encoding="utf-8").splitlines()[kept.index(number)]
+
+    return line
+
+
+@pytest.fixture
+def full_data() -> Path:
+    path = full_data_dir()
+    if path is None or not path.is_dir():
+        pytest.skip(f"needs the full benchmark files: set {FULL_DATA_ENV}=DIR (DIR/<name>/test.jsonl; sources in "
+                    f"tests/data/<name>/SOURCE.md); now {path or 'unset'}")
     return path

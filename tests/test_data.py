@@ -1,9 +1,9 @@
-"""Benchmark loading ("Data"): real files from shared/data, malformed rows, the hub fallback."""
+"""Benchmark loading ("Data"): real rows (tests/data slices; the full files with -m full_data),
+malformed rows, the hub fallback."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -11,10 +11,10 @@ import pytest
 from lze_bench.data import get_spec, load_benchmark
 from lze_bench.errors import LzeBenchError
 
-SHARED = Path(os.environ.get("LZE_BENCH_SHARED_DATA", Path(__file__).parents[2] / "shared" / "data"))
-needs_data = pytest.mark.skipif(not SHARED.is_dir(), reason=f"benchmark files not found at {SHARED}")
+DATA = Path(__file__).parent / "data"  # the slices (tests/data/<name>/SOURCE.md)
+SLICES = json.loads((DATA / "slices.json").read_text())
 
-# Row counts and first / particular golds from each SOURCE.md.
+# Row counts of the full files and first golds, from each SOURCE.md.
 EXPECTED = {
     "gsm8k": (1319, "18"),
     "math500": (500, "\\left( 3, \\frac{\\pi}{2} \\right)"),
@@ -24,31 +24,71 @@ EXPECTED = {
 }
 
 
-@needs_data
-@pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_real_benchmarks_load_normalized(name):
-    rows = load_benchmark(name, root=str(SHARED))
-    count, first_gold = EXPECTED[name]
+def _check_normalized(rows: list[dict], count: int, first_gold: str) -> None:
     assert len(rows) == count
     assert rows[0]["answer"] == first_gold
     assert all(set(r) == {"id", "problem", "answer"} and r["problem"].strip() and r["answer"] for r in rows)
     assert len({r["id"] for r in rows}) == count  # ids are unique
 
 
-@needs_data
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_real_benchmark_rows_load_normalized(name):
+    rows = load_benchmark(name, root=str(DATA))
+    _check_normalized(rows, len(SLICES[f"{name}/test.jsonl"]["lines"]), EXPECTED[name][1])
+
+
 def test_gold_normalization_on_real_rows():
-    gsm8k = load_benchmark("gsm8k", root=str(SHARED))
-    assert gsm8k[201]["answer"] == "114200"  # line 202: "#### 114,200"
-    assert load_benchmark("aime24", root=str(SHARED))[7]["answer"] == "25"  # "025"
-    amc = load_benchmark("amc23", root=str(SHARED))
-    assert amc[3]["answer"] == "3159" and amc[0]["id"] == "0"  # 3159.0; ids from the file
+    gsm8k = load_benchmark("gsm8k", root=str(DATA))
+    assert gsm8k[SLICES["gsm8k/test.jsonl"]["lines"].index(202)]["answer"] == "114200"  # line 202: "#### 114,200"
+    assert load_benchmark("aime24", root=str(DATA))[SLICES["aime24/test.jsonl"]["lines"].index(8)]["answer"] == "25"
+    amc = load_benchmark("amc23", root=str(DATA))
+    line4 = amc[SLICES["amc23/test.jsonl"]["lines"].index(4)]
+    assert line4["answer"] == "3159" and line4["id"] == "3" and amc[0]["id"] == "0"  # 3159.0; ids from the file
 
 
-@needs_data
 def test_env_root_and_limit(monkeypatch):
-    monkeypatch.setenv("LZE_BENCH_DATA", str(SHARED))
+    monkeypatch.setenv("LZE_BENCH_DATA", str(DATA))
     rows = load_benchmark("aime25", limit=3)
     assert [r["answer"] for r in rows] == ["70", "588", "16"]
+
+
+@pytest.mark.full_data
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_full_benchmarks_load_normalized(name, full_data):
+    _check_normalized(load_benchmark(name, root=str(full_data)), *EXPECTED[name])
+
+
+@pytest.mark.full_data
+@pytest.mark.parametrize("file", sorted(SLICES))
+def test_slices_are_the_full_files_rows(file, full_data):
+    """Each slice holds exactly the listed lines (rows) of the recorded full file."""
+    import hashlib
+
+    entry, full = SLICES[file], full_data / file
+    assert hashlib.sha256(full.read_bytes()).hexdigest() == entry["full_sha256"]
+    if file.endswith(".jsonl"):
+        lines = full.read_text(encoding="utf-8").splitlines()
+        assert len(lines) == entry["full_rows"]
+        assert (DATA / file).read_text(encoding="utf-8").splitlines() == [lines[i - 1] for i in entry["lines"]]
+    else:
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(full)
+        assert table.num_rows == entry["full_rows"]
+        assert pq.read_table(DATA / file).equals(table.take([i - 1 for i in entry["lines"]]))
+
+
+def test_every_slice_has_its_source_and_the_listed_rows():
+    """A slice without SOURCE.md (origin, licence) or out of step with slices.json fails here."""
+    import pyarrow.parquet as pq
+
+    for file, entry in SLICES.items():
+        path = DATA / file
+        source = (path.parent / "SOURCE.md").read_text(encoding="utf-8")
+        assert "Origin" in source and "Licence" in source and entry["full_sha256"] in source, file
+        rows = pq.read_metadata(path).num_rows if file.endswith(".parquet") else len(path.read_text().splitlines())
+        assert rows == len(entry["lines"]) == len(set(entry["lines"])), file
+        assert all(1 <= i <= entry["full_rows"] for i in entry["lines"]), file
 
 
 def _write(tmp_path: Path, name: str, lines: list[str]) -> Path:

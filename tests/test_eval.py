@@ -9,7 +9,6 @@ batched generation, grading, metrics, outputs, ledger rows).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -21,8 +20,7 @@ from lze_bench.errors import LzeBenchError
 from lze_bench.evaluation import metrics
 from lze_bench.evaluation.generation import budget, load_generator
 
-SHARED = Path(os.environ.get("LZE_BENCH_SHARED_DATA", Path(__file__).parents[2] / "shared" / "data"))
-needs_data = pytest.mark.skipif(not SHARED.is_dir(), reason=f"benchmark files not found at {SHARED}")
+DATA = Path(__file__).parent / "data"  # benchmark slices: a few real rows each (tests/data/<name>/SOURCE.md)
 FOUR = ["gsm8k", "math500", "aime25", "amc23"]
 CHAT = "{% for m in messages %}User: {{ m['content'] }}\nAssistant:{% endfor %}"
 
@@ -56,10 +54,9 @@ def _eval(overrides: list[str]):
     return run_eval(compose("eval", overrides))
 
 
-SMOKE = [f"data.root={SHARED}", "eval=smoke", "limit=2", "eval.max_new_tokens=6", "grading.workers=1"]
+SMOKE = [f"data.root={DATA}", "eval=smoke", "limit=2", "eval.max_new_tokens=6", "grading.workers=1"]
 
 
-@needs_data
 def test_eval_one_checkpoint_on_all_four_benchmarks(tiny_checkpoint, tmp_path):
     out = tmp_path / "out"
     entries = _eval([f"model={tiny_checkpoint}", f"out_dir={out}", *SMOKE])
@@ -102,7 +99,6 @@ def _make_run(tmp_path: Path, checkpoint: Path) -> Path:
     return run
 
 
-@needs_data
 def test_eval_run_appends_ledger_rows_and_resumes(tiny_checkpoint, tmp_path):
     from lze_bench.ledger import read_evals
 

@@ -1,8 +1,9 @@
 """Grading verdicts (design.md "Grading").
 
 Cases: tests/data/grading_cases.jsonl, each naming a real benchmark row
-(shared/data/<file>, 1-based line) whose gold answer it grades against, plus
-a hand-labelled model-style response (equivalent forms and wrong ones).
+(<file> of the full benchmark, 1-based line; the row is in the slice
+tests/data/<file>) whose gold answer it grades against, plus a hand-labelled
+model-style response (equivalent forms and wrong ones).
 """
 
 from __future__ import annotations
@@ -20,20 +21,17 @@ from lze_bench.grading import Grade, Grader, extract_answer, grade_batch, grade_
 from lze_bench.grading.pool import WatchdogPool
 from lze_bench.grading.verdicts import fast_verdict, math_verify_verdict
 
-SHARED = Path(os.environ.get("LZE_BENCH_SHARED_DATA", Path(__file__).parents[2] / "shared" / "data"))
 CASES = [json.loads(line) for line in (Path(__file__).parent / "data" / "grading_cases.jsonl").read_text().splitlines()]
-needs_data = pytest.mark.skipif(not SHARED.is_dir(), reason=f"benchmark files not found at {SHARED}")
 
 
 def _case_id(case: dict) -> str:
     return f"{case['file'].split('/')[0]}:{case['line']}:{case['form']}"
 
 
-@needs_data
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
-def test_case_gold_is_the_real_benchmark_answer(case):
+def test_case_gold_is_the_real_benchmark_answer(case, benchmark_line):
     name = case["file"].split("/")[0]
-    line = (SHARED / case["file"]).read_text(encoding="utf-8").splitlines()[case["line"] - 1]
+    line = benchmark_line(case["file"], case["line"])
     raw = json.loads(line)[get_spec(name).answer_field]
     assert normalize_gold(raw, get_spec(name).gold_style) == case["gold"]
 

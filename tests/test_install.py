@@ -4,6 +4,7 @@ built-in recipes from any directory, and a `./sweeps` folder there adds its own.
 from __future__ import annotations
 
 import os
+import site
 import subprocess
 import sys
 import venv
@@ -21,12 +22,30 @@ def wheel_venv(tmp_path_factory) -> Path:
                     "-w", str(root / "dist"), str(REPO)], check=True)
     wheel = next((root / "dist").glob("lze_bench-*.whl"))
     env_dir = root / "venv"
-    # the project's dependencies come from the running interpreter; lze_bench from the wheel only
-    venv.create(env_dir, system_site_packages=True, with_pip=False)
+    venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
+    # --ignore-installed: an lze-bench visible from here (editable install, PYTHONPATH) must not stop the wheel
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                    str(wheel)], check=True)
+                    "--ignore-installed", str(wheel)], env=clean_env(), check=True)
+    inherit_site_packages(python)
     return env_dir
+
+
+def inherit_site_packages(python: Path) -> None:
+    """The project's dependencies come from the *running* interpreter's site-packages, lze_bench from the wheel.
+
+    `venv.create(system_site_packages=True)` would not do: it links the base interpreter
+    (`sys._base_executable`), so under a virtual environment the new venv sees the base
+    Python's packages, not this one's (typer missing). A `.pth` file in the new venv appends
+    this interpreter's site directories to `sys.path`, after the venv's own site-packages
+    (so the wheel wins). Their own `.pth` files are not processed, so an editable install of
+    this checkout (its import hook lives in a `.pth` file) cannot shadow the wheel either.
+    """
+    dirs = site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
+    dirs = [d for d in dirs if Path(d).is_dir()]
+    target = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    (Path(target) / "_lze_bench_test_deps.pth").write_text("".join(f"{d}\n" for d in dirs))
 
 
 def clean_env() -> dict:

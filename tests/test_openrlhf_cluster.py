@@ -62,7 +62,8 @@ def test_ray_cpus_cover_openrlhf_bundles_even_with_one_cpu_per_task(tmp_path, mo
 
 
 def test_placement_group_wait_is_bounded():
-    ray = pytest.importorskip("ray")
+    ray = pytest.importorskip("ray", reason="ray does not import; install it: bash .ci/openrlhf.sh (CPU) "
+                                         "or pip install 'lze-bench[openrlhf]' (GPU nodes)")
     from ray.util.placement_group import placement_group
 
     from lze_bench.backends.openrlhf.placement import bounded, bounded_placement

@@ -290,10 +290,9 @@ def test_missing_or_unsupported_openrlhf_is_one_clear_line(monkeypatch, installe
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
 
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).parent / "data"  # benchmark slices: GSM8K train rows 1-5 (tests/data/gsm8k/SOURCE.md)
 
 
-@pytest.mark.skipif(not (SHARED / "gsm8k" / "train.jsonl").exists(), reason=f"no GSM8K train file under {SHARED}")
 def test_prepare_writes_config_prompts_and_the_exact_argv(tmp_path):
     import json
 
@@ -303,13 +302,13 @@ def test_prepare_writes_config_prompts_and_the_exact_argv(tmp_path):
     from lze_bench.rundir import mark_done
 
     run = tmp_path / "run"
-    overrides = recipe_overrides(extra=[f"run_dir={run}", "task=gsm8k", "task.limit=50", f"data.root={SHARED}"])
+    overrides = recipe_overrides(extra=[f"run_dir={run}", "task=gsm8k", "task.limit=5", f"data.root={DATA}"])
     paths, argv = prepare(compose("train", overrides))
     assert paths.run_dir == run
     saved = OmegaConf.load(paths.config)
     assert saved.run_dir == str(run) and saved.backend.name == "openrlhf" and "version" in saved.lze_bench
     lines = paths.prompts.read_text().splitlines()
-    assert len(lines) == 50 and json.loads(json.loads(lines[0])["label"]) == {"id": 0, "answer": "72"}
+    assert len(lines) == 5 and json.loads(json.loads(lines[0])["label"]) == {"id": 0, "answer": "72"}
     assert json.loads((paths.work / "command.json").read_text())["argv"] == argv
     assert argv == driver_argv(compose("train", overrides), paths)
     prepare(compose("train", overrides))  # an unfinished run prepares again unchanged (resume, requeue)

@@ -42,11 +42,15 @@ from lze_cpu_standins import harness  # noqa: E402
 
 sys.path.remove(str(STANDINS))
 
+# Every skip for a missing OpenRLHF names the command that installs it.
+INSTALL_HINT = "install it: bash .ci/openrlhf.sh (CPU, these tests) or pip install 'lze-bench[openrlhf]' (GPU nodes)"
+
 IMPORT_ERROR = import_error()
 if IMPORT_ERROR and os.environ.get("LZE_BENCH_REQUIRE_OPENRLHF") == "1":
     raise RuntimeError(f"LZE_BENCH_REQUIRE_OPENRLHF=1 but OpenRLHF does not import: {IMPORT_ERROR}")
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(IMPORT_ERROR is not None, reason=f"OpenRLHF 0.11.2 does not import: {IMPORT_ERROR}")]
+              pytest.mark.skipif(IMPORT_ERROR is not None,
+                                 reason=f"OpenRLHF 0.11.2 does not import ({IMPORT_ERROR}); {INSTALL_HINT}")]
 
 
 def backend_selectors() -> list[str]:

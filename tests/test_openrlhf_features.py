@@ -40,6 +40,8 @@ STUBS = TESTS / "stubs"
 VOCAB = 48
 EOS = 2
 T = 0.7
+# Every skip for a missing OpenRLHF names the command that installs it.
+INSTALL_HINT = "install it: bash .ci/openrlhf.sh (CPU, these tests) or pip install 'lze-bench[openrlhf]' (GPU nodes)"
 # 7 prompts of different lengths (right padding inside micro-batches is exercised)
 FORWARDS = [0]  # forwards of the test model's backbone so far (a hook counts them)
 PROMPTS = [[(7 * i + 3 * j) % (VOCAB - 3) + 3 for j in range(3 + (5 * i) % 9)] for i in range(7)]
@@ -326,7 +328,7 @@ def _experience(sequence, prompt_len, max_len):
     """What SamplesGenerator._process_response_into_experience (0.11.2) builds for one vLLM response."""
     error = _import_openrlhf(["openrlhf.trainer.ppo_utils.samples_generator"])
     if error:
-        pytest.skip(f"OpenRLHF 0.11.2 does not import: {error}")
+        pytest.skip(f"OpenRLHF 0.11.2 does not import ({error}); {INSTALL_HINT}")
     from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 
     response = {"observation_tokens": list(sequence), "action_ranges": [(prompt_len, len(sequence))],
@@ -376,7 +378,7 @@ def test_openrlhf_dispatch_code_gives_the_same_results(model, flop_model, tmp_pa
     """OpenRLHF's RayActorGroup.async_run_method_batch + BaseModelActor.execute_batch, Ray replaced in-process."""
     error = _import_openrlhf(["openrlhf.trainer.ray.launcher"])
     if error:
-        pytest.skip(f"OpenRLHF 0.11.2 does not import: {error}")
+        pytest.skip(f"OpenRLHF 0.11.2 does not import ({error}); {INSTALL_HINT}")
     import itertools
 
     import ray
@@ -403,7 +405,7 @@ def test_mixin_through_openrlhf_actor_wrapper_and_args(model):
     """`self.actor` = openrlhf.models.Actor (as in the CPU stand-in); args on the strategy (as in PolicyModelActor)."""
     error = _import_openrlhf(["openrlhf.models"])
     if error:
-        pytest.skip(f"OpenRLHF 0.11.2 does not import: {error}")
+        pytest.skip(f"OpenRLHF 0.11.2 does not import ({error}); {INSTALL_HINT}")
     from openrlhf.models import Actor
 
     rank = FeatureActorMixin()
@@ -425,7 +427,7 @@ def test_installed_policy_actor_carries_the_feature_passes():
     """entry.py installs make_policy_actor(OpenRLHF's PolicyModelActor): our methods on top of its class."""
     error = _import_openrlhf(["openrlhf.trainer.ray.ppo_actor"])
     if error:
-        pytest.skip(f"OpenRLHF does not import: {error}")
+        pytest.skip(f"OpenRLHF does not import ({error}); {INSTALL_HINT}")
     import openrlhf.trainer.ray.ppo_actor as ppo_actor
 
     from lze_bench.backends.openrlhf.actor import StepBatchMixin, make_policy_actor

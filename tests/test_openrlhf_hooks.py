@@ -49,8 +49,12 @@ def _import_openrlhf() -> str | None:
     return None
 
 
+# Every skip for a missing OpenRLHF names the command that installs it.
+INSTALL_HINT = "install it: bash .ci/openrlhf.sh (CPU, these tests) or pip install 'lze-bench[openrlhf]' (GPU nodes)"
+
 IMPORT_ERROR = _import_openrlhf()
-pytestmark = pytest.mark.skipif(IMPORT_ERROR is not None, reason=f"OpenRLHF 0.11.2 does not import: {IMPORT_ERROR}")
+pytestmark = pytest.mark.skipif(IMPORT_ERROR is not None,
+                                reason=f"OpenRLHF 0.11.2 does not import ({IMPORT_ERROR}); {INSTALL_HINT}")
 
 REPO = Path(__file__).resolve().parents[1]
 

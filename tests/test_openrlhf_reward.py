@@ -1,13 +1,13 @@
 """backend=openrlhf: the reward hook on real benchmark answers, and the training tasks' loaders.
 
-Answers come from shared/data (math500, gsm8k train, dapo_math_17k); queries are
+Answers come from real benchmark rows (the slices in tests/data: math500, gsm8k train,
+dapo_math_17k); queries are
 built the way OpenRLHF builds them (templated prompt + response + end token).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 
@@ -19,8 +19,7 @@ from lze_bench.backends.openrlhf.data import PROMPT_TEMPLATE, make_label, parse_
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import TASKS
 
-SHARED = Path(os.environ.get("LZE_BENCH_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
-needs_data = pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared benchmark data not found at {SHARED}")
+DATA = Path(__file__).parent / "data"  # benchmark slices (tests/data/<name>/SOURCE.md)
 
 
 def chat_prompt(problem: str) -> str:  # Qwen2.5 chat template, as OpenRLHF's --data.apply_chat_template renders it
@@ -39,11 +38,10 @@ def grader_lifetime():
 
 
 def math500_rows(count: int) -> list[dict]:
-    with (SHARED / "math500" / "test.jsonl").open() as handle:
+    with (DATA / "math500" / "test.jsonl").open() as handle:
         return [json.loads(next(handle)) for _ in range(count)]
 
 
-@needs_data
 def test_math500_answers_right_and_wrong():
     rows = math500_rows(12)
     for i, row in enumerate(rows):
@@ -58,11 +56,10 @@ def test_math500_answers_right_and_wrong():
         assert right["extra_logs"]["grade_error"] == 0.0
 
 
-@needs_data
 def test_training_tasks_load_real_rows_and_rewards_match():
-    gsm = TASKS["gsm8k"].load(TASKS["gsm8k"].Config(limit=5), str(SHARED))
+    gsm = TASKS["gsm8k"].load(TASKS["gsm8k"].Config(limit=5), str(DATA))
     assert gsm[0] == {"id": 0, "problem": gsm[0]["problem"], "answer": "72"}  # train row 0: Natalia's clips
-    dapo = TASKS["dapo_math_17k"].load(TASKS["dapo_math_17k"].Config(limit=3), str(SHARED))
+    dapo = TASKS["dapo_math_17k"].load(TASKS["dapo_math_17k"].Config(limit=3), str(DATA))
     assert dapo[0]["answer"] == "34" and dapo[0]["problem"].startswith("In triangle $ABC$")
     for row in gsm + dapo:
         label = make_label(row["id"], row["answer"])

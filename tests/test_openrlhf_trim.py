@@ -18,6 +18,9 @@ from lze_bench.registry import SELECTORS
 from lze_bench.selectors import build_selector
 from lze_bench.selectors.base import TAG_SELECT_UPDATE, step_rng
 
+# Every skip for a missing OpenRLHF names the command that installs it.
+INSTALL_HINT = "install it: bash .ci/openrlhf.sh (CPU, these tests) or pip install 'lze-bench[openrlhf]' (GPU nodes)"
+
 
 def masks_for(name="uniform", kept=3, replayed=0, n=4, unit=8, rolled_out=4, step=5, seed=1, **config):
     selector = build_selector(SELECTORS[name].Config(**config), num_prompts=20, batch_size=8)
@@ -91,7 +94,7 @@ def group(pid, n=2):
 
 
 def test_update_drops_trimmed_responses_and_deals_one_batch_per_rank():
-    pytest.importorskip("openrlhf")
+    pytest.importorskip("openrlhf", reason=f"OpenRLHF does not import; {INSTALL_HINT}")
     from lze_bench.backends.openrlhf.update import shape_update
 
     groups = [group(1), group(2), group(3)]
@@ -106,7 +109,7 @@ def test_update_drops_trimmed_responses_and_deals_one_batch_per_rank():
 
 
 def test_replay_recentres_fresh_on_their_own_and_replayed_on_stored_logprobs():
-    pytest.importorskip("openrlhf")
+    pytest.importorskip("openrlhf", reason=f"OpenRLHF does not import; {INSTALL_HINT}")
     import torch
 
     from lze_bench.backends.openrlhf.update import shape_update

@@ -23,7 +23,8 @@ from lze_bench.sweep.submit import run_sweep
 def slurm_unavailable() -> str | None:
     """None when a Slurm node is up; otherwise why not."""
     if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
-        return "Slurm is not installed (no sbatch/sinfo on PATH); .ci/slurm/install.sh installs it"
+        return ("Slurm is not installed (no sbatch/sinfo on PATH); install and start a single-node cluster: "
+                "bash .ci/slurm/install.sh && bash .ci/slurm/start.sh (root, apt-get)")
     try:
         out = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], capture_output=True, text=True, timeout=20)
     except subprocess.TimeoutExpired:
@@ -32,7 +33,7 @@ def slurm_unavailable() -> str | None:
         return f"sinfo failed ({out.stderr.strip()[:120]}); start the cluster with .ci/slurm/start.sh"
     states = out.stdout.split()
     if not any(s.rstrip("*~#") in ("idle", "mix", "alloc", "comp") for s in states):
-        return f"no Slurm node is up (node states: {', '.join(states) or 'none'})"
+        return f"no Slurm node is up (node states: {', '.join(states) or 'none'}); start it with .ci/slurm/start.sh"
     return None
 
 

@@ -1,7 +1,7 @@
 """`lze-bench bench grading`: answers graded per second and per CPU-second.
 
-Workloads are built from the real benchmark files (shared/data): each
-response is a real worked solution (GSM8K `answer` text, MATH-500 `solution`)
+Workloads are built from real benchmark rows (GSM8K, AIME25, AMC23, MATH-500
+test files, layout `<root>/<name>/test.jsonl`): each response is a real worked solution (GSM8K `answer` text, MATH-500 `solution`)
 whose final `\\boxed{}` holds a model-style answer:
 
 - integer, 8 samples: every GSM8K/AIME25/AMC23 gold, 8 responses per problem
@@ -19,8 +19,10 @@ whose final `\\boxed{}` holds a model-style answer:
 Each workload gets a fresh Grader whose pool is started (and warmed) before
 the clock starts; start-up is reported in a note. Per core = answers / CPU
 seconds of the calling process plus the pool's workers (Linux /proc).
-Options: data=PATH (default: env LZE_BENCH_SHARED_DATA, LZE_BENCH_DATA, else
-../shared/data next to the repo), workers=N (0 = one per core), timeout=S.
+Options: data=PATH (the benchmark folder; default: env LZE_BENCH_DATA, the
+`data.root` every command reads, else the checkout's `tests/data`: a few real
+rows per benchmark, enough to run, too few for stable figures; the notes say
+which and how many answers), workers=N (0 = one per core), timeout=S.
 """
 
 from __future__ import annotations
@@ -44,12 +46,21 @@ ADVERSARIAL = (
 )
 
 
+NEEDED = ("gsm8k", "aime25", "amc23", "math500")
+# The repository's test slices (tests/data/<name>/SOURCE.md); present in a clone or editable install only.
+CHECKOUT_SLICES = Path(__file__).resolve().parents[2] / "tests" / "data"
+
+
 def _data_root(options: dict) -> Path:
-    for candidate in (options.get("data"), os.environ.get("LZE_BENCH_SHARED_DATA"), os.environ.get("LZE_BENCH_DATA"),
-                      str(Path(__file__).resolve().parents[3] / "shared" / "data")):
-        if candidate and (Path(candidate) / "gsm8k" / "test.jsonl").is_file():
-            return Path(candidate)
-    raise LzeBenchError("bench grading needs the benchmark files: pass data=PATH (a folder with gsm8k/test.jsonl)")
+    """data=PATH, else env LZE_BENCH_DATA, else the checkout's test slices; the first given one must hold every file."""
+    given = options.get("data") or os.environ.get("LZE_BENCH_DATA")
+    root = Path(given) if given else CHECKOUT_SLICES
+    missing = [f"{name}/test.jsonl" for name in NEEDED if not (root / name / "test.jsonl").is_file()]
+    if missing:
+        how = "data=PATH" if options.get("data") else "LZE_BENCH_DATA" if given else "the default (a checkout's tests/data)"
+        raise LzeBenchError(f"bench grading: {root} ({how}) lacks {', '.join(missing)}; pass data=PATH, a folder with "
+                            f"{', '.join(n + '/test.jsonl' for n in NEEDED)} (sources: tests/data/<name>/SOURCE.md)")
+    return root
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -170,7 +181,8 @@ def bench_grading(options: dict[str, str]) -> BenchResult:
         title=f"grading throughput (timeout {timeout_s:g} s, workers {workers or available_cores()})",
         rows=rows,
         notes=[
-            f"data: {root}",
+            f"data: {root}" + (" (the repository's test slices: a few rows per benchmark; data=PATH for the full files)"
+                               if root == CHECKOUT_SLICES else ""),
             f"pool start-up (first answer that needs math-verify): {min(startups):.2f}-{max(startups):.2f} s, not in wall_s",
             "answers/s/core = answers / (CPU s of this process + pool workers); goal >= 2000 on the typical workload",
         ],

@@ -84,11 +84,11 @@ def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: li
         "## Table 3: compute by phase",
         "",
         texts["table3"],
-        "FLOPs: counted from the tokens actually processed (design.md, FLOP accounting): rollout = generation "
-        "F(prompt + response) per sample (probes included); log-prob = the old-policy forward over every trained "
-        "sequence (and the reference forward with a KL term), F(L) each; train = 3·F(L) per trained sequence per "
-        "PPO epoch; select = extra passes a selector asked for. Held-out evals are not training compute and are "
-        "not counted. Kept fraction = groups reaching the actor update / prompts rolled out.",
+        "FLOPs: counted from the tokens actually processed (lze-bench docs/design.md \"FLOP accounting\"): rollout "
+        "= generation F(prompt + response) per sample (probes included); log-prob = the old-policy forward over "
+        "every trained sequence (and the reference forward with a KL term), F(L) each; train = 3·F(L) per trained "
+        "sequence per PPO epoch; select = extra passes a selector asked for. Held-out evals are not training "
+        "compute and are not counted. Kept fraction = groups reaching the actor update / prompts rolled out.",
         "",
     ]
     lines += predictor_section(report.get("predictor"))

@@ -42,6 +42,7 @@ class PlannedJob:
     selector: str
     seed: int
     steps: int
+    flop_budget: float | None = None  # trainer.flop_budget: the work the run is asked to do, when set
 
     @property
     def train_overrides(self) -> list[str]:
@@ -143,6 +144,7 @@ def plan_jobs(spec, train_args: list[str], sweep_dir: Path, name: str) -> SweepP
                 selector=str(cfg["selector"]["name"]),
                 seed=int(cfg["seed"]),
                 steps=int(cfg["trainer"]["steps"]),
+                flop_budget=cfg["trainer"].get("flop_budget"),
             )
         )
     _check_unique(jobs)

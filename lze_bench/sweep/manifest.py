@@ -96,6 +96,7 @@ def merge_plan(data: dict, plan) -> dict:
             selector=job.selector,
             seed=job.seed,
             steps=job.steps,
+            flop_budget=job.flop_budget,
         )
         data["jobs"][job.name] = entry
     data["launcher"] = plan.launcher
@@ -153,14 +154,27 @@ def derive_status(sweep_dir: str | os.PathLike, entry: dict, live: dict[str, str
     return "failed", "the job left the scheduler without a result (killed, cancelled, timed out or lost)"
 
 
-def progress(sweep_dir: str | os.PathLike, entry: dict) -> int:
-    """Steps in the run's ledger so far (0 when it has none yet)."""
+def ledger_position(sweep_dir: str | os.PathLike, entry: dict) -> tuple[int, float]:
+    """(steps, cum_flops) of the run's ledger so far; (0, 0.0) when it has none yet."""
     path = run_dir_of(sweep_dir, entry) / "ledger.parquet"
     if not path.exists():
-        return 0
+        return 0, 0.0
     try:
         import pyarrow.parquet as pq
 
-        return int(pq.read_metadata(path).num_rows)
+        column = pq.read_table(path, columns=["cum_flops"]).column("cum_flops")
+        return len(column), float(column[-1].as_py()) if len(column) else 0.0
     except Exception:  # being replaced right now: show nothing rather than fail a status table
-        return 0
+        return 0, 0.0
+
+
+def done_fraction(entry: dict, status: str, steps: int, cum_flops: float) -> float:
+    """How much of what the run was asked to do is done: 1 once done; with a FLOP budget the share of
+    the budget spent (or of the step cap, if that binds first), else the share of the step cap."""
+    if status == "done":
+        return 1.0
+    cap = int(entry.get("steps") or 0)
+    by_steps = steps / cap if cap > 0 else 0.0
+    budget = entry.get("flop_budget")
+    by_flops = cum_flops / float(budget) if budget else 0.0
+    return min(1.0, max(by_steps, by_flops))

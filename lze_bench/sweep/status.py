@@ -16,39 +16,82 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from lze_bench.errors import LzeBenchError
 from lze_bench.registry import display_order
-from lze_bench.sweep.manifest import FINAL, derive_status, progress, require_manifest
+from lze_bench.rundir import read_progress
+from lze_bench.sweep.manifest import FINAL, derive_status, done_fraction, ledger_position, require_manifest, run_dir_of
 
 STYLE = {"done": "green", "failed": "red", "running": "cyan", "queued": "yellow", "new": "dim", "unknown": "magenta"}
 
 
 def jobs_table(sweep_dir: Path, data: dict, title: str | None = None) -> Group:
-    """The jobs table, then one line per failed job with its error (errors are too long for a column)."""
+    """The jobs table, then one line per failed job with its error (errors are too long for a column).
+
+    `steps` is the ledger's steps against the step cap, or, before the first step, what the
+    run is doing (its progress.json: "warm start 120/300"); `FLOPs` is `cum_flops` against the
+    run's FLOP budget. The caption counts the work the runs were asked to do: the share of each
+    run's FLOP budget when one is set (a step cap that binds first, or a finished run, counts
+    as all of it), else of its step cap."""
     table = Table(title=title or f"sweep {data.get('name', '')}: {sweep_dir}")
-    for column in ("job", "selector", "seed", "status", "steps", "job id", "tries", "pair"):
+    for column in ("job", "selector", "seed", "status", "steps", "FLOPs", "job id", "tries", "pair"):
         table.add_column(column, overflow="fold")
     pair_index = pair_labels(e.get("pair_key") for _, e in sorted_jobs(data))
-    done_steps = total_steps = 0
+    work = []  # (done fraction, flop budget or None, steps made, step cap, cum_flops) per job
     for name, entry in sorted_jobs(data):
         status = entry.get("status", "new")
-        made = progress(sweep_dir, entry)
-        done_steps, total_steps = done_steps + made, total_steps + int(entry.get("steps", 0))
-        steps = f"{made}/{entry.get('steps', '?')}"
+        made, cum_flops = ledger_position(sweep_dir, entry)
+        budget = entry.get("flop_budget")
+        work.append((done_fraction(entry, status, made, cum_flops), budget, made, int(entry.get("steps", 0)),
+                     cum_flops))
+        flops = f"{cum_flops:.2g}/{float(budget):.2g}" if budget else (f"{cum_flops:.2g}" if made else "-")
         table.add_row(
             name, entry.get("selector", ""), str(entry.get("seed", "")), f"[{STYLE.get(status, '')}]{status}[/]",
-            steps, str(entry.get("job_id") or "-"), str(entry.get("attempts", 0)),
-            f"P{pair_index.get(entry.get('pair_key'), '?')}",
+            steps_cell(sweep_dir, entry, status, made), flops, str(entry.get("job_id") or "-"),
+            str(entry.get("attempts", 0)), f"P{pair_index.get(entry.get('pair_key'), '?')}",
         )
     counts = Counter(e.get("status", "new") for e in data["jobs"].values())
-    share = f"{100 * done_steps / total_steps:.0f}%" if total_steps else "-"
-    table.caption = (", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-                     + f"; steps {done_steps}/{total_steps} ({share}); same Pk = paired")
+    table.caption = (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; {work_summary(work)}; "
+                     "same Pk = paired")
     errors = [
         Text(f"{name}: {entry['error']}", style="red")
         for name, entry in data["jobs"].items()
         if entry.get("status") in ("failed", "unknown") and entry.get("error")
     ]
     return Group(table, *errors)
+
+
+def steps_cell(sweep_dir: Path, entry: dict, status: str, made: int) -> str:
+    """`made/cap`, or before the first ledger row of a live run, what it is doing."""
+    cell = f"{made}/{entry.get('steps', '?')}"
+    if made or status not in ("queued", "running"):
+        return cell
+    now = read_progress(run_dir_of(sweep_dir, entry))
+    if not now or now.get("phase") == "training":
+        return cell
+    phase = str(now.get("phase"))
+    if now.get("note") == "another job is building it":
+        phase = "waiting for the warm start"
+    if now.get("total"):
+        phase += f" {now.get('done') or 0}/{now['total']}"
+    return f"{cell} ({phase})"
+
+
+def work_summary(work: list[tuple[float, float | None, int, int, float]]) -> str:
+    """The caption's account of the work done, against what the runs were asked to do."""
+    if not work:
+        return "nothing planned"
+    budgets = [budget for _, budget, _, _, _ in work]
+    if all(budgets):
+        asked = sum(float(b) for b in budgets)
+        done = sum(fraction * float(b) for fraction, b, _, _, _ in work)
+        spent = sum(cum for *_, cum in work)
+        return f"FLOP budgets {100 * done / asked:.0f}% done ({spent:.3g} of {asked:.3g} FLOPs spent)"
+    if not any(budgets):
+        made, caps = sum(m for _, _, m, _, _ in work), sum(c for _, _, _, c, _ in work)
+        share = sum(fraction * cap for fraction, _, _, cap, _ in work) / caps if caps else 0.0
+        return f"steps {made}/{caps} ({100 * share:.0f}% done)"
+    mean = sum(fraction for fraction, *_ in work) / len(work)
+    return f"{100 * mean:.0f}% done (of the FLOP budget where set, else of the step cap)"
 
 
 def sorted_jobs(data: dict) -> list[tuple[str, dict]]:
@@ -96,10 +139,22 @@ class SweepDisplay:
             return
         for name, entry in data["jobs"].items():
             status = entry.get("status", "new")
-            if self.seen.get(name) != status:
-                self.seen[name] = status
+            phase = self._phase(entry) if status == "running" else None
+            if self.seen.get(name) != (status, phase):
+                self.seen[name] = (status, phase)
                 error = f" ({entry['error']})" if status == "failed" and entry.get("error") else ""
-                self.console.print(f"[sweep] {name}: {status} (job {entry.get('job_id') or '-'}){error}", markup=False, highlight=False)
+                doing = f": {phase}" if phase else ""
+                self.console.print(f"[sweep] {name}: {status} (job {entry.get('job_id') or '-'}){doing}{error}",
+                                   markup=False, highlight=False, soft_wrap=True)  # one log line each
+
+    def _phase(self, entry: dict) -> str | None:
+        """What a running job does before its first step (progress.json), for one line per change."""
+        now = read_progress(run_dir_of(self.sweep_dir, entry)) or {}
+        if now.get("note") == "another job is building it":
+            return "waiting for the warm start another job is building"
+        if now.get("phase") == "warm start" and now.get("total"):
+            return f"warm start ({now['total']} steps, cached for every run of this recipe)"
+        return now.get("phase")
 
 
 def current(sweep_dir: Path) -> dict:

@@ -7,7 +7,7 @@ Registered names (`task=NAME`):
                   facts"); hub copy `DigitalLearningGmbH/MATH-lighteval`, gold = the
                   last `\\boxed{}` of the solution.
 * `dapo_math_17k` DAPO-Math-17k, deduplicated (17,917 rows, integer answers), local
-                  parquet copy in shared/data: the offline fallback (this machine, CI).
+                  parquet copy under data.root (tests/data/dapo_math_17k/SOURCE.md): the offline fallback.
 * `gsm8k`         GSM8K train (7,473 rows).
 
 Rows come from `lze_bench.data.load_benchmark`, the loader `lze-bench eval`

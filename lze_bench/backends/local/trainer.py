@@ -39,8 +39,8 @@ from pathlib import Path
 from lze_bench import __version__
 from lze_bench.errors import LzeBenchError
 from lze_bench.ledger import step_flops
-from lze_bench.rundir import (CONFIG, atomic_write_text, config_hash, default_run_dir, git_commit,
-                              latest_checkpoint, mark_done, refuse_finished)
+from lze_bench.rundir import (CONFIG, atomic_write_text, clear_progress, config_hash, default_run_dir, git_commit,
+                              latest_checkpoint, mark_done, refuse_finished, write_progress)
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,11 @@ class _Session:
 
         if self.cfg.model.path:
             return self.cfg.model.path, {"warmstart": None}
-        directory = ensure_warmstart(self.cfg.model, self.cfg.task, self.cfg.backend, device, self.grader)
+
+        def report(done, total, note):  # `sweep status` shows it while the ledger is still empty
+            write_progress(self.run_dir, "warm start", done, total, note)
+
+        directory = ensure_warmstart(self.cfg.model, self.cfg.task, self.cfg.backend, device, self.grader, report)
         info = read_info(directory)
         summary = {k: info.get(k) for k in ("key", "steps", "time_s", "flops", "parameters", "heldout_accuracy",
                                             "heldout_by_level")}
@@ -145,8 +149,8 @@ class _Session:
 
         cfg, trainer = self.cfg, self.cfg.trainer
         device = resolve_device(cfg.device)
+        self.run_dir.mkdir(parents=True, exist_ok=True)  # first: the warm start reports into it
         initial, extra = self._policy_source(device)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         _write_config(self.run_dir, self.container, extra)
         resume = latest_checkpoint(self.run_dir)
         self.updates = resume[0] if resume else 0
@@ -236,8 +240,10 @@ class _Session:
         self.setup()
         trainer, backend = self.cfg.trainer, self.cfg.backend
         if not any(r["updates"] == 0 for r in self.heldout) and self.updates == 0:
+            write_progress(self.run_dir, "initial eval")
             initial = self.evaluate(0)
             log.info("initial held-out accuracy %.3f %s", initial.accuracy, initial.by_level)
+        write_progress(self.run_dir, "training")
         done_here = 0
         with progress_bar(f"train {self.cfg.selector.name}", trainer.steps, completed=self.updates) as advance:
             while self.stop_reason(self.ledger.cum_flops) is None:
@@ -280,6 +286,7 @@ class _Session:
             log.warning("%s hit the step cap trainer.steps=%d before trainer.flop_budget=%.3g (cum_flops %.3g)",
                         self.run_dir, self.cfg.trainer.steps, self.cfg.trainer.flop_budget, self.ledger.cum_flops)
         first = next((r["accuracy"] for r in self.heldout if r["updates"] == 0), None)
+        clear_progress(self.run_dir)  # before DONE, which is written last
         mark_done(self.run_dir, {
             "steps": int(len(frame)), "cum_flops": float(frame["cum_flops"].iloc[-1]) if len(frame) else 0.0,
             "cum_time_s": float(frame["cum_time_s"].iloc[-1]) if len(frame) else 0.0,

@@ -19,6 +19,12 @@ concurrent sweep jobs build it once: the first builds into a temporary folder
 and renames it; the others wait on the lock, then load. `warmstart.json`
 records the recipe, the cost and the held-out accuracy per level.
 
+Progress: the builder writes its step count to `<cache>/warmstart/<key>.progress.json`
+as it goes, and `ensure_warmstart(..., report=)` passes it on, to the builder
+and (polled every 2 s) to the jobs waiting on the lock; the trainer writes it
+into the run's progress.json, so `sweep status` shows "warm start 120/300"
+instead of a run stuck at step 0 for minutes.
+
 Data order and initial weights come from `backend.init_seed`, never the run's
 `seed`. Batches are consecutive slices of a permutation of the `sft` split.
 """
@@ -34,9 +40,10 @@ import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable, Optional
 
 import numpy as np
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from lze_bench.backends.local import tokenizer as tok_module
 from lze_bench.rundir import atomic_write_json
@@ -81,25 +88,65 @@ def _plain(node) -> dict:
     return asdict(node) if hasattr(node, "__dataclass_fields__") else dict(node)
 
 
-def ensure_warmstart(model_cfg, task_cfg, backend_cfg, device, grader) -> Path:
-    """The cached warm-start directory, built first if missing (blocking on the lock)."""
+# report(done, total, note): steps of the warm start done / planned, and what is happening
+Report = Callable[[Optional[int], Optional[int], str], None]
+WAIT_POLL_S = 2.0
+
+
+def _acquire(lock: FileLock, while_waiting: Callable[[], None] | None) -> None:
+    """Take `lock`; while another process holds it, `while_waiting()` runs every WAIT_POLL_S."""
+    while True:
+        try:
+            lock.acquire(timeout=WAIT_POLL_S if while_waiting else -1)
+            return
+        except Timeout:
+            while_waiting()
+
+
+def ensure_warmstart(model_cfg, task_cfg, backend_cfg, device, grader, report: Report | None = None) -> Path:
+    """The cached warm-start directory, built first if missing (blocking on the lock); `report` hears
+    the progress of the build, this process's or (while waiting) the one holding the lock."""
     key, recipe = warmstart_key(model_cfg, task_cfg, backend_cfg, device.type)
     root = cache_root(backend_cfg) / "warmstart"
     target = root / key
     if (target / INFO_FILE).exists():
         return target
     root.mkdir(parents=True, exist_ok=True)
-    with FileLock(root / f"{key}.lock"):  # released by the OS if the holder dies, so never stuck
+    shared = root / f"{key}.progress.json"
+
+    def waiting() -> None:
+        if report is not None:
+            seen = _read_json(shared)
+            report(seen.get("done"), seen.get("total"), "another job is building it")
+
+    def building(done: int | None, total: int | None, note: str) -> None:
+        atomic_write_json(shared, {"done": done, "total": total, "note": note})
+        if report is not None:
+            report(done, total, note)
+
+    lock = FileLock(root / f"{key}.lock")  # released by the OS if the holder dies, so never stuck
+    _acquire(lock, waiting if report is not None else None)
+    try:
         if (target / INFO_FILE).exists():  # another job built it while we waited
             return target
         log.info("building warm start %s (cached for every run with this recipe)", key)
         tmp = root / f".tmp-{key}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        info = _build(model_cfg, task_cfg, backend_cfg, device, grader, tmp)
+        info = _build(model_cfg, task_cfg, backend_cfg, device, grader, tmp, building)
         atomic_write_json(tmp / INFO_FILE, {"key": key, "recipe": recipe, **info})
         shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
+        shared.unlink(missing_ok=True)
+    finally:
+        lock.release()
     return target
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):  # not written yet, or being replaced
+        return {}
 
 
 def read_info(directory: Path) -> dict:
@@ -128,7 +175,7 @@ def _batches(count: int, batch_size: int, steps: int, seed: int):
     return out[:steps]
 
 
-def _build(model_cfg, task_cfg, backend_cfg, device, grader, out_dir: Path) -> dict:
+def _build(model_cfg, task_cfg, backend_cfg, device, grader, out_dir: Path, report: Report) -> dict:
     import torch
 
     from lze_bench.backends.local.heldout import encode_prompts, evaluate
@@ -149,6 +196,7 @@ def _build(model_cfg, task_cfg, backend_cfg, device, grader, out_dir: Path) -> d
     optimizer = torch.optim.AdamW(model.parameters(), lr=backend_cfg.warmstart_lr, betas=(0.9, 0.98), weight_decay=0.0)
     start, tokens, flops, losses = time.perf_counter(), 0, 0, []
     model.train()
+    report(0, steps, "training (cached for every run of this recipe)")
     with progress_bar("warm start", steps) as advance:
         for step, batch in enumerate(_batches(len(seqs), backend_cfg.warmstart_batch_size, steps, backend_cfg.init_seed)):
             for group in optimizer.param_groups:
@@ -164,7 +212,9 @@ def _build(model_cfg, task_cfg, backend_cfg, device, grader, out_dir: Path) -> d
             tokens += int(lengths[batch].sum())
             flops += flop_model.train(lengths[batch])
             advance(f"loss {np.mean(losses[-20:]):.3f}")
+            report(step + 1, steps, "training (cached for every run of this recipe)")
     train_s = time.perf_counter() - start
+    report(steps, steps, "held-out eval")
     test_rows = load_split("test", task_cfg)
     result = evaluate(model, tokenizer, test_rows, grader, flop_model, max_new_tokens=_max_response(test_rows),
                       chunk_size=backend_cfg.gen_chunk_size)

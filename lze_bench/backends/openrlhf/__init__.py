@@ -2,7 +2,7 @@
 
 Our selector decides which prompts are rolled out and which groups reach the
 actor update, by subclassing OpenRLHF (never a fork or a copy): see
-shared/specs/openrlhf.md §9. This file is light (no openrlhf, ray or torch
+openrlhf.md §9. This file is light (no openrlhf, ray or torch
 import) so `lze-bench --help` and `train --dry-run` work without OpenRLHF.
 
 Modules, one concern each:

@@ -1,0 +1,35 @@
+"""`lze-bench bench grading` from a clone: it runs on the checkout's test slices by default,
+and a data folder that lacks a benchmark fails with one line naming the files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from lze_bench.cli import app
+
+DATA = Path(__file__).parent / "data"
+SLICES = json.loads((DATA / "slices.json").read_text())
+
+
+def test_bench_grading_runs_on_the_test_slices_by_default(tmp_path, monkeypatch):
+    monkeypatch.delenv("LZE_BENCH_DATA", raising=False)
+    out = tmp_path / "grading.json"
+    result = CliRunner().invoke(app, ["bench", "grading", "workers=1", "timeout=0.5", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    figures = json.loads(out.read_text())
+    rows = {row["workload"]: row for row in figures["rows"]}
+    integer_problems = sum(len(SLICES[f"{n}/test.jsonl"]["lines"]) for n in ("gsm8k", "aime25", "amc23"))
+    assert rows["integer, 8 samples (typical)"]["answers"] == 8 * integer_problems
+    assert rows["math500, 8 samples"]["answers"] == 8 * len(SLICES["math500/test.jsonl"]["lines"])
+    assert any(note.startswith(f"data: {DATA.resolve()} (the repository's test slices") for note in figures["notes"])
+
+
+def test_bench_grading_names_the_missing_files(tmp_path):
+    (tmp_path / "gsm8k").mkdir()
+    (tmp_path / "gsm8k" / "test.jsonl").write_text((DATA / "gsm8k" / "test.jsonl").read_text())
+    result = CliRunner().invoke(app, ["bench", "grading", f"data={tmp_path}"])
+    assert result.exit_code == 2
+    assert "lacks aime25/test.jsonl, amc23/test.jsonl, math500/test.jsonl; pass data=PATH" in result.output
