@@ -44,3 +44,4 @@ BACKENDS = Registry("backend")
 TASKS = Registry("task")
 BENCHMARKS = Registry("benchmark")  # evaluation datasets (gsm8k, math500, ...)
 BENCH_COMMANDS = Registry("bench command")  # `lze-bench bench NAME`
+LOGGERS = Registry("logger")  # experiment trackers of `logger=[...]` (lze_bench.tracking)
