@@ -103,8 +103,9 @@ def open_tracker(container: dict, run_dir: str | os.PathLike, resume: tuple[int,
 def log_evals(run_dir: str | os.PathLike, rows: list[dict]) -> None:
     """Send eval rows (EVAL_COLUMNS + cum_flops) not yet in `evals.parquet` to the run's trackers.
 
-    Called by the eval runner before it appends the rows. Evals are written
-    whether or not this works: a tracker failure is a warning, not an error.
+    Called by the eval runner before it appends the rows. The eval files are
+    the record and are written whether or not this works, so any failure of a
+    tracker (not installed where evals run, no key, no network) is a warning.
     """
     import logging
 
@@ -115,12 +116,11 @@ def log_evals(run_dir: str | os.PathLike, rows: list[dict]) -> None:
     if not fresh:
         return
     try:
-        tracker = open_tracker(container, run_dir)
-    except LzeBenchError as exc:
-        logging.getLogger(__name__).warning("evals not sent to logger=%s: %s", container["logger"], exc)
-        return
-    with tracker:
-        tracker.log_evals(fresh)
+        with open_tracker(container, run_dir) as tracker:
+            tracker.log_evals(fresh)
+    except Exception as exc:  # noqa: BLE001  (third-party trackers raise anything; the evals must still be written)
+        logging.getLogger(__name__).warning("evals not sent to logger=%s: %s", container["logger"],
+                                            str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
 
 def _run_config(run_dir: Path) -> dict:
