@@ -46,6 +46,7 @@ BACKENDS = Registry("backend")
 TASKS = Registry("task")
 BENCHMARKS = Registry("benchmark")  # evaluation datasets (gsm8k, math500, ...)
 BENCH_COMMANDS = Registry("bench command")  # `lze-bench bench NAME`
+LOGGERS = Registry("logger")  # experiment trackers of `logger=[...]` (lze_bench.tracking)
 
 
 # Built-in selectors in the order every table, figure and `sweep status` lists them: the

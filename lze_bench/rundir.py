@@ -85,9 +85,15 @@ def _json_default(obj):
     raise TypeError(f"not JSON serializable: {type(obj).__name__}")
 
 
+# Keys that say where a run's curves are shown (`logger=[wandb]`, `tracking.project=...`), never what
+# it computes: changing them keeps the run directory, its resume point and its pairing.
+TRACKING_KEYS = ("logger", "tracking")
+
+
 def config_hash(cfg_container: dict) -> str:
-    """A short stable hash of a resolved config (without run_dir, which names it, and launcher, which does not change the result)."""
-    data = {k: v for k, v in cfg_container.items() if k not in ("run_dir", "launcher")}
+    """A short stable hash of a resolved config, without run_dir (which names it) and the keys that do not
+    change the result: launcher (where it runs) and TRACKING_KEYS (where its curves go)."""
+    data = {k: v for k, v in cfg_container.items() if k not in ("run_dir", "launcher", *TRACKING_KEYS)}
     blob = json.dumps(data, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:10]
 

@@ -34,6 +34,8 @@ SHIPPED_RECIPES = PACKAGE_DIR.parent / "recipes"
 RECIPES_ENV = "LZE_BENCH_RECIPES"  # extra recipe roots (os.pathsep-separated), each with sweeps/ evals/
 
 CONFIGS = Registry("command config")  # primary config name -> dataclass
+# keys that no longer exist -> what to write instead (one line, not "unknown key")
+REPLACED_KEYS = {"backend.tensorboard": "logger=[tensorboard] (event files in <run_dir>/tensorboard/)"}
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,7 @@ def compose(name: str, overrides: list[str] | tuple[str, ...] = ()):
     register_all()
     if name not in CONFIGS:
         raise LzeBenchError(unknown_choice("command config", name, CONFIGS))
-    overrides = rewrite_recipe_paths(rewrite_model_override(list(overrides)))
+    overrides = rewrite_recipe_paths(rewrite_model_override(rewrite_logger_override(list(overrides))))
     _check_group_choices(overrides)
     if name == "train":
         overrides = backend_trainer_defaults(overrides) + overrides
@@ -210,6 +212,17 @@ def rewrite_model_override(overrides: list[str]) -> list[str]:
             out += ["model=hf", f"model.path={value}"]
         else:
             out.append(item)
+    return out
+
+
+def rewrite_logger_override(overrides: list[str]) -> list[str]:
+    """`logger=wandb` or `logger=wandb,tensorboard` (verl's habit) means the list `logger=[...]`."""
+    out = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep and key.lstrip("+") == "logger" and value and not value.startswith("["):
+            item = f"{key}=[{value}]"
+        out.append(item)
     return out
 
 
@@ -276,6 +289,8 @@ def _unknown_key_message(name: str, overrides: list[str], key: str) -> str:
         base = hydra_compose(config_name=name, overrides=groups_only)
     except Exception:
         return f"unknown config key {key!r}"
+    if key in REPLACED_KEYS:
+        return f"{key} was replaced by {REPLACED_KEYS[key]}"
     parent_key, _, leaf = key.rpartition(".")
     parent = OmegaConf.select(base, parent_key) if parent_key else base
     if not isinstance(parent, DictConfig):

@@ -16,6 +16,7 @@ from typing import Any, List, Optional
 from omegaconf import MISSING
 
 from lze_bench.errors import LzeBenchError
+from lze_bench.tracking import TrackingConfig, check_loggers
 
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?|auto)$")
 
@@ -138,9 +139,14 @@ class TrainConfig:
     seed: int = 0
     device: str = "cpu"  # cpu | cuda | cuda:N | auto
     run_dir: Optional[str] = None  # null: runs/<selector>-<backend>-<model>-s<seed>-<hash>
+    # live trackers (lze_bench.tracking): wandb, tensorboard; none by default. Like `tracking.*`, not part
+    # of the run's identity (rundir.TRACKING_KEYS); W&B's key comes only from the environment
+    logger: List[str] = field(default_factory=list)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     def __post_init__(self):
         check_device(self.device)
+        check_loggers(self.logger)
 
 
 @dataclass

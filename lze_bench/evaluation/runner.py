@@ -230,6 +230,9 @@ def append_to_run(run: Path, target: Target, entries: list[dict]) -> None:
             "pass_at_k": entry[f"pass@{k}"], "maj_at_k": entry[f"maj@{k}"], "k": k,
             "suite": entry["suite"], "settings_hash": entry["settings_hash"], "cum_flops": cum_flops,
         })
+    from lze_bench.tracking import log_evals
+
+    log_evals(run, rows)  # to the run's logger=[...], before the append tells new rows from old
     append_eval_rows(run, rows)
 
 

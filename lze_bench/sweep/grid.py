@@ -12,6 +12,10 @@ it will run (so a bad key fails before anything is submitted) and gets:
   differ only in the selector, so they share the data order (seeded by `seed`)
   and the warm start (cached by its config hash): they are *paired*.
   The manifest lists each pair group.
+
+Each job also gets its tracker names (`tracking.group` = the sweep name,
+`tracking.name` = the job name, tag `pair:<pair_key>`), outside every hash, so
+`logger=[wandb]` shows a sweep as one W&B group whose runs pair by seed.
 """
 
 from __future__ import annotations
@@ -133,14 +137,15 @@ def plan_jobs(spec, train_args: list[str], sweep_dir: Path, name: str) -> SweepP
         if launcher is None:
             launcher = cfg["launcher"]
         without_selector = {k: v for k, v in cfg.items() if k != "selector"}
+        pair_key = config_hash(without_selector)
         jobs.append(
             PlannedJob(
                 name=jname,
-                overrides=overrides,
+                overrides=[*overrides, *tracking_overrides(fixed, name, jname, pair_key)],
                 axes=point,
                 run_dir=sweep_dir / RUNS / jname,
                 config_hash=config_hash(cfg),
-                pair_key=config_hash(without_selector),
+                pair_key=pair_key,
                 selector=str(cfg["selector"]["name"]),
                 seed=int(cfg["seed"]),
                 steps=int(cfg["trainer"]["steps"]),
@@ -153,6 +158,15 @@ def plan_jobs(spec, train_args: list[str], sweep_dir: Path, name: str) -> SweepP
         plan.pairs.setdefault(job.pair_key, []).append(job.name)
     _warn_unpaired(plan)
     return plan
+
+
+def tracking_overrides(fixed: list[str], sweep: str, job: str, pair_key: str) -> list[str]:
+    """W&B names of a sweep job (lze_bench.tracking): group = the sweep, run name = the job, tag `pair:<key>`
+    shared by the jobs that differ only in the selector. Not part of any hash (rundir.TRACKING_KEYS);
+    a `tracking.*` key given by the user wins."""
+    given = {item.partition("=")[0].lstrip("+~") for item in fixed}
+    wanted = {"tracking.group": sweep, "tracking.name": job, "tracking.tags": f"['pair:{pair_key}']"}
+    return [f"{key}={value}" for key, value in wanted.items() if key not in given]
 
 
 def _fixed_value(fixed: list[str], key: str) -> str | None:

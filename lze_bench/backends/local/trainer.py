@@ -22,6 +22,9 @@ after each step whose `cum_flops` crosses a multiple of `eval_every_flops`
 compute), and always after the last step. Every decision is a function of the
 ledger, so a resumed run stops and evaluates where an unbroken one does.
 
+Trackers (`logger=[wandb,tensorboard]`, lze_bench.tracking): every ledger row
+and every held-out eval is sent as it is written.
+
 Resume: the same command on an unfinished run directory continues from its
 last complete checkpoint: ledger, rollout log and heldout.jsonl are cut back to
 it and the steps after it are run again, so no step is missing or doubled. A
@@ -101,6 +104,9 @@ def train(cfg) -> Path:
     objects = to_objects(cfg)
     run_dir = resolve_run_dir(cfg)
     refuse_finished(run_dir)
+    from lze_bench.tracking import preflight
+
+    preflight(objects.logger)  # a missing package or W&B key fails before the warm start
     from lze_bench.backends.local.model import setup_torch
 
     setup_torch(objects.backend.threads)
@@ -188,6 +194,10 @@ class _Session:
         self.ledger.truncate_after(self.updates - 1)
         self.rollouts.truncate_after(self.updates - 1)
         self.heldout = _read_heldout(self.run_dir, self.updates)
+        from lze_bench.tracking import open_tracker
+
+        # logger=[...], from where this invocation starts (what was logged past it is superseded); closed by run()
+        self.tracker = open_tracker(self.container, self.run_dir, resume=(self.updates, self.ledger.cum_flops))
         ref_model = None
         if trainer.kl_coef > 0:
             ref_model = self._load_initial()
@@ -203,7 +213,8 @@ class _Session:
         model, _ = load_policy(self.initial, self.device, self.cfg.model.dtype)
         return model.eval()
 
-    def evaluate(self, updates: int):
+    def evaluate(self, updates: int, cum_flops: float):
+        """Held-out eval of the policy after `updates` updates, at `cum_flops` training FLOPs."""
         from lze_bench.backends.local.heldout import evaluate
 
         result = evaluate(self.model, self.tokenizer, self.test_rows, self.grader, self.flop_model,
@@ -212,6 +223,7 @@ class _Session:
             "updates": updates, "accuracy": result.accuracy, "by_level": {str(k): v for k, v in result.by_level.items()},
             "problems": result.num_problems, "flops": result.flops, "time_s": round(result.time_s, 3)}]
         _write_heldout(self.run_dir, self.heldout)
+        self.tracker.log_heldout(updates, result.accuracy, result.by_level, cum_flops)
         return result
 
     def stop_reason(self, cum_flops: float) -> str | None:
@@ -235,13 +247,21 @@ class _Session:
                         self.store, state)
 
     def run(self) -> None:
+        self.tracker = None
+        try:
+            self._run()
+        finally:
+            if self.tracker is not None:
+                self.tracker.close()
+
+    def _run(self) -> None:
         from lze_bench.backends.local.progress import progress_bar
 
         self.setup()
         trainer, backend = self.cfg.trainer, self.cfg.backend
         if not any(r["updates"] == 0 for r in self.heldout) and self.updates == 0:
             write_progress(self.run_dir, "initial eval")
-            initial = self.evaluate(0)
+            initial = self.evaluate(0, 0.0)
             log.info("initial held-out accuracy %.3f %s", initial.accuracy, initial.by_level)
         write_progress(self.run_dir, "training")
         done_here = 0
@@ -267,11 +287,11 @@ class _Session:
         after = before + float(step_flops(row))  # what the ledger will book as this step's cum_flops
         last = self.stop_reason(after) is not None
         if self._eval_due(before, after, last):
-            result = self.evaluate(self.updates)
+            result = self.evaluate(self.updates, after)
             row["heldout_accuracy"], row["flops_eval"], row["time_eval_s"] = result.accuracy, result.flops, result.time_s
             elapsed += result.time_s
         row["time_step_s"] = elapsed
-        self.ledger.append(row)
+        self.tracker.log_step(self.ledger.append(row))
         if log_rows:  # a step whose selector rolled out nothing (all pruned) has no rows
             self.rollouts.append(step, log_rows)
         every = self.cfg.trainer.checkpoint_every

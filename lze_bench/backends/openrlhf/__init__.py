@@ -109,7 +109,7 @@ class OpenRLHFBackendConfig:
     # selection hook
     max_gen_rounds: int = 12  # backend cap on generation rounds per step (DAPO's own cap: 10); then ledger partial
     rollout_store_groups: int = -1  # groups kept for replay (astral); -1: selector buffer_size + batch, else 0
-    # checkpoints, grading, logging
+    # checkpoints, grading (trackers: the top-level logger=[...], lze_bench.tracking)
     ckpt_max_num: int = 2  # DeepSpeed states kept for resume (HF checkpoints are all kept); >= 2
     # DeepSpeed states (weights, fp32 masters, Adam moments: ~21 GB per tag for a 1.5B model) are needed only to
     # resume; a finished run (DONE) deletes them unless kept (checkpoints.remove_ds_states)
@@ -117,7 +117,6 @@ class OpenRLHFBackendConfig:
     grade_timeout_s: float = 5.0
     placement_timeout_s: float = 600.0  # fail a run whose Ray placement groups are not ready by then (never hang)
     grade_workers: int = 2  # grading processes per vLLM engine
-    tensorboard: bool = False
     extra_args: List[str] = field(default_factory=list)  # any further OpenRLHF flag, verbatim
 
     def __post_init__(self):

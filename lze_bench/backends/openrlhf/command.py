@@ -15,7 +15,9 @@ Invariants checked here, each a one-line LzeBenchError naming the key:
 * refused: async training, OpenRLHF's dynamic filtering (the selector replaces
   it), `vllm_generate_batch_size` (extras would be trained a step late), an
   agent function (the reward must be ours), dynamic batching (our per-step
-  accumulation window, actor.py, is the batch), and any flag we already set.
+  accumulation window, actor.py, is the batch), OpenRLHF's own trackers
+  (`--logger.wandb.*`, `--logger.tensorboard_dir`: `logger=[...]` replaces
+  them, lze_bench.tracking), and any flag we already set.
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ REFUSED = {
     "--train.agent_func_path": "rewards must come from lze-bench's grading (reward_func.py)",
     "--train.dynamic_batch_enable": "lze-bench sets DeepSpeed's accumulation window per step from the trimmed update "
                                     "(actor.py); OpenRLHF's token-budget windows would replace it",
+    # OpenRLHF's own trackers take the W&B key as a flag (argv, config.yaml, W&B config) and never see
+    # the ledger; lze_bench.tracking logs both from the trainer actor
+    "--logger.wandb.key": "use logger=[wandb] with WANDB_API_KEY in the environment (a key in a flag is saved in the run)",
+    "--logger.wandb.org": "use logger=[wandb] tracking.entity=NAME",
+    "--logger.wandb.project": "use logger=[wandb] tracking.project=NAME",
+    "--logger.wandb.group": "use logger=[wandb] tracking.group=NAME",
+    "--logger.wandb.run_name": "use logger=[wandb] tracking.name=NAME",
+    "--logger.tensorboard_dir": "use logger=[tensorboard] (event files in <run_dir>/tensorboard/)",
 }
 
 
@@ -66,10 +76,6 @@ class RunPaths:
     @property
     def final(self) -> Path:
         return self.work / "final"
-
-    @property
-    def tensorboard(self) -> Path:
-        return self.work / "tensorboard"
 
 
 def cluster_shape(cfg) -> tuple[int, int]:
@@ -168,9 +174,7 @@ def openrlhf_flags(cfg, paths: RunPaths) -> list[str]:
     add("--ckpt.output_dir", str(paths.final))
     add("--ckpt.best_metric_key", "none")
     add("--eval.steps", -1)  # held-out evals are `lze-bench eval run=...` on the HF checkpoints
-    add("--logger.logging_steps", 1)
-    if b.tensorboard:
-        add("--logger.tensorboard_dir", str(paths.tensorboard))
+    add("--logger.logging_steps", 1)  # OpenRLHF's trackers stay off: logger=[...] logs from our trainer (tracking)
     flags.extend(str(a) for a in b.extra_args)
     _check_extra_args(list(b.extra_args), set(f for f in flags[: len(flags) - len(b.extra_args)] if f.startswith("--")))
     return flags

@@ -103,6 +103,7 @@ class RunContext:
         self.flops = flops
         self.ledger = Ledger(self.run_dir)
         self.rollouts = RolloutLog(self.run_dir)
+        self.tracker = None  # lze_bench.tracking.Tracker, opened at the first ledger row
 
     @classmethod
     def from_env(cls, num_prompts: int, *, dp_ranks: int = 1, features_factory=None) -> "RunContext":
@@ -178,7 +179,25 @@ class RunContext:
             reference_pass=float(self.cfg.trainer.kl_coef) > 0,
         )
         self.rollouts.append(record.step, rollout_rows(record))
-        return self.ledger.append(row)
+        row = self.ledger.append(row)
+        self._track(row, status)
+        return row
+
+    def _track(self, row: dict, status: dict) -> None:
+        """Send the row and OpenRLHF's own metrics to `logger=[...]` (lze_bench.tracking), from this actor.
+
+        Opened at the first row (after a resume has cut the ledger back), closed after the last step;
+        the key and mode come from this actor's environment, never from a flag."""
+        from lze_bench.tracking import open_tracker
+
+        if self.tracker is None:
+            from omegaconf import OmegaConf
+
+            start = (int(row["step"]), float(row["cum_flops"]) - float(row["flops_total"]))  # where this run resumed
+            self.tracker = open_tracker(OmegaConf.to_container(self.cfg, resolve=True), self.run_dir, resume=start)
+        self.tracker.log_step(row, status)
+        if int(row["step"]) + 1 >= self.total_steps:
+            self.tracker.close()
 
     def save_selector_state(self, steps_done: int) -> Path:
         from lze_bench.selectors.base import save_state

@@ -8,6 +8,8 @@
   - launcher=slurm: prepare, then submit one submitit job (`OpenRLHFJob`) and
     return without waiting;
   - otherwise: prepare, then run the driver command on this machine.
+Outside a job step, the trackers of `logger=[...]` are checked first (package
+installed, a W&B key in the environment unless offline; tracking.preflight).
 Preparing writes config.yaml (resolved config + lze-bench version and commit),
 the prompts JSONL and `openrlhf/command.json` (the argv the job runs); an
 existing unfinished run directory is resumed, a finished one is refused.
@@ -71,7 +73,7 @@ def prepare(cfg) -> tuple[RunPaths, list[str]]:
     from lze_bench.backends.openrlhf.data import write_prompts
     from lze_bench.config import config_dict, env_data_root
     from lze_bench.registry import TASKS
-    from lze_bench.rundir import atomic_write_json, atomic_write_text, git_commit, refuse_finished
+    from lze_bench.rundir import TRACKING_KEYS, atomic_write_json, atomic_write_text, git_commit, refuse_finished
 
     paths = resolve_paths(cfg)
     refuse_finished(paths.run_dir)
@@ -80,7 +82,8 @@ def prepare(cfg) -> tuple[RunPaths, list[str]]:
     if paths.config.exists():
         previous = OmegaConf.to_container(OmegaConf.load(paths.config), resolve=True)
         previous.pop("lze_bench", None)
-        if previous != resolved:
+        same = {k: v for k, v in resolved.items() if k not in TRACKING_KEYS}  # trackers may change on resume
+        if {k: v for k, v in previous.items() if k not in TRACKING_KEYS} != same:
             raise LzeBenchError(
                 f"run_dir {str(paths.run_dir)!r} holds an unfinished run with another config; "
                 "pass a new run_dir=PATH, or the same overrides to resume it"
@@ -98,6 +101,9 @@ def prepare(cfg) -> tuple[RunPaths, list[str]]:
 def train(cfg) -> Path:
     if "SLURM_PROCID" in os.environ:
         return _run_node(cfg)
+    from lze_bench.tracking import preflight
+
+    preflight(cfg.logger)  # the trainer actor opens the trackers; fail here, before a cluster starts
     if cfg.launcher.name == "slurm":
         return _submit(cfg)
     from lze_bench.backends.openrlhf import require_gpu_stack

@@ -1,0 +1,110 @@
+"""`logger=[wandb]`: one Weights & Biases run per run directory (wandb imported only when enabled).
+
+Axes (W&B's `define_metric`, docs.wandb.ai "Customize log axes"): each
+section's `<section>/cum_flops` is the x-axis of its metrics (`ledger/*` and
+the backend's `openrlhf/*` share `ledger/cum_flops`; `eval/*` and `heldout/*`
+have their own), so curves of runs that spend compute differently line up at
+equal compute; `ledger/step` and `ledger/cum_time_s` (wall time) are defined
+too, to be picked in the UI.
+
+Names: project `tracking.project` (else env WANDB_PROJECT, else "lze-bench"),
+entity `tracking.entity` (else WANDB_ENTITY / your default), group
+`tracking.group` (a sweep: its name), run name `tracking.name` (else the run
+directory's name), job_type the selector, tags `tracking.tags` plus
+`selector:NAME`, `seed:N`, `backend:NAME` (pair runs by seed in the UI), config
+the resolved run config. Mode and key are W&B's own environment (`WANDB_MODE`,
+`WANDB_API_KEY`, `wandb login`); nothing here reads or writes a key. Files go
+to `<run_dir>/wandb/` (offline runs: `wandb sync <run_dir>/wandb/offline-run-*`).
+Console capture is off: the run's output is not copied into W&B's files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+from pathlib import Path
+
+from lze_bench.errors import LzeBenchError
+from lze_bench.registry import LOGGERS
+
+STATE_FILE = "tracking.json"  # {"wandb_id": ...}: later invocations and evals continue the same W&B run
+OFFLINE_MODES = ("offline", "disabled", "dryrun")
+NO_KEY = ("no W&B API key: export WANDB_API_KEY (never in the config) or run `wandb login`; "
+          "without internet use WANDB_MODE=offline")
+
+
+def run_id(run_dir: Path) -> str:
+    """The W&B run id of a run directory, created (8 random characters) on first use."""
+    from lze_bench.rundir import atomic_write_json
+
+    path = run_dir / STATE_FILE
+    state = json.loads(path.read_text()) if path.exists() else {}
+    if not state.get("wandb_id"):
+        state["wandb_id"] = secrets.token_hex(4)
+        atomic_write_json(path, state)
+    return str(state["wandb_id"])
+
+
+@LOGGERS.add("wandb")
+class WandbLogger:
+    module = "wandb"  # import name, checked before a run starts
+    extra = "wandb"  # pip install 'lze-bench[wandb]'
+
+    @staticmethod
+    def preflight() -> None:
+        """Online mode needs a key in W&B's own places (env, netrc); checked before anything starts."""
+        if os.environ.get("WANDB_MODE", "").lower() in OFFLINE_MODES:
+            return
+        import wandb
+
+        if wandb.setup().settings.mode in OFFLINE_MODES:  # `wandb offline` (W&B's settings file)
+            return
+        if not wandb.login(prompt=False, verify=False):
+            raise LzeBenchError(f"logger=[wandb]: {NO_KEY}")
+
+    def __init__(self, run_dir: Path, container: dict, resume: tuple[int, float] | None = None):
+        """`resume` is not used: W&B keeps every logged point (a re-run step appears twice)."""
+        import wandb
+
+        tracking = dict(container.get("tracking") or {})
+        selector = str((container.get("selector") or {}).get("name", ""))
+        backend = str((container.get("backend") or {}).get("name", ""))
+        tags = [*(tracking.get("tags") or []), f"selector:{selector}", f"seed:{container.get('seed')}",
+                f"backend:{backend}"]
+        try:
+            self.run = wandb.init(
+                dir=str(run_dir), id=run_id(run_dir), resume="allow",
+                project=tracking.get("project") or os.environ.get("WANDB_PROJECT") or "lze-bench",
+                entity=tracking.get("entity"), group=tracking.get("group"),
+                name=tracking.get("name") or Path(run_dir).name, job_type=selector or None,
+                tags=list(dict.fromkeys(tags)), config=container, settings=wandb.Settings(console="off"),
+            )
+        except wandb.errors.Error as exc:
+            detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            hint = NO_KEY if "API key" in detail else "see W&B's message"
+            raise LzeBenchError(f"logger=[wandb]: {detail} ({hint})") from exc
+        self.defined: set[str] = set()
+
+    def _define(self, section: str, metrics: dict) -> None:
+        axis = f"{section}/cum_flops"
+        if axis not in self.defined:
+            self.run.define_metric(axis)
+            self.defined.add(axis)
+            if section == "ledger":
+                self.run.define_metric("ledger/step")
+                self.run.define_metric("ledger/cum_time_s")
+        for prefix in {name.split("/", 1)[0] for name in metrics} - self.defined:
+            self.run.define_metric(f"{prefix}/*", step_metric=axis)
+            self.defined.add(prefix)
+
+    def log(self, section: str, metrics: dict, step: int, cum_flops: float) -> None:
+        self._define(section, metrics)
+        payload = {**metrics, f"{section}/step": step}
+        if math.isfinite(cum_flops):
+            payload[f"{section}/cum_flops"] = cum_flops
+        self.run.log(payload)
+
+    def close(self) -> None:
+        self.run.finish()
