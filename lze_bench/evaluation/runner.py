@@ -217,7 +217,7 @@ def write_summary(out_dir: Path, summary: dict) -> None:
 
 def append_to_run(run: Path, target: Target, entries: list[dict]) -> None:
     """One evals.parquet row per benchmark (EVAL_COLUMNS + suite, settings_hash, cum_flops)."""
-    from lze_bench.ledger import append_eval_rows
+    from lze_bench.ledger import append_eval_rows, read_evals
 
     cum_flops = _cum_flops_at(run, target.step)
     rows = []
@@ -232,7 +232,9 @@ def append_to_run(run: Path, target: Target, entries: list[dict]) -> None:
         })
     from lze_bench.tracking import log_evals
 
-    log_evals(run, rows)  # to the run's logger=[...], before the append tells new rows from old
+    old = read_evals(run)  # to the run's logger=[...]: only rows evals.parquet does not hold yet
+    log_evals(run, rows, recorded=zip(old["checkpoint"], old["benchmark"],
+                                      old.get("settings_hash", [None] * len(old))))
     append_eval_rows(run, rows)
 
 

@@ -100,19 +100,23 @@ def open_tracker(container: dict, run_dir: str | os.PathLike, resume: tuple[int,
     return Tracker(sinks, str(container["backend"]["name"]))
 
 
-def log_evals(run_dir: str | os.PathLike, rows: list[dict]) -> None:
+def log_evals(run_dir: str | os.PathLike, rows: list[dict], recorded: list[tuple] = ()) -> None:
     """Send eval rows (EVAL_COLUMNS + cum_flops) not yet in `evals.parquet` to the run's trackers.
 
-    Called by the eval runner before it appends the rows. The eval files are
-    the record and are written whether or not this works, so any failure of a
-    tracker (not installed where evals run, no key, no network) is a warning.
+    Called by the eval runner before it appends the rows, with `recorded` the
+    (checkpoint, benchmark, settings_hash) keys `evals.parquet` already holds (a
+    rerun of `lze-bench eval` that skips finished benchmarks sends nothing twice).
+    The eval files are the record and are written whether or not this works, so
+    any failure of a tracker (not installed where evals run, no key, no network)
+    is a warning.
     """
     import logging
 
     container = _run_config(Path(run_dir))
     if not container.get("logger"):
         return
-    fresh = _new_eval_rows(Path(run_dir), rows)
+    seen = set(recorded)
+    fresh = [r for r in rows if (r["checkpoint"], r["benchmark"], r.get("settings_hash")) not in seen]
     if not fresh:
         return
     try:
@@ -128,13 +132,3 @@ def _run_config(run_dir: Path) -> dict:
 
     path = run_dir / "config.yaml"
     return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
-
-
-def _new_eval_rows(run_dir: Path, rows: list[dict]) -> list[dict]:
-    """Rows whose (checkpoint, benchmark, settings_hash) evals.parquet does not hold yet (a rerun of
-    `lze-bench eval` that skips finished benchmarks sends nothing twice)."""
-    from lze_bench.ledger import read_evals
-
-    old = read_evals(run_dir)
-    seen = set(zip(old["checkpoint"], old["benchmark"], old.get("settings_hash", [None] * len(old))))
-    return [r for r in rows if (r["checkpoint"], r["benchmark"], r.get("settings_hash")) not in seen]
