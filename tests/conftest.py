@@ -5,10 +5,16 @@ Every test that reads benchmark rows reads the slices in `tests/data/<name>/`
 each SOURCE.md; `tests/data/slices.json` says which lines of the full file they
 are). So a clone tests itself with nothing beside it.
 
-The full files are optional: tests marked `full_data` (deselected by default,
-pyproject addopts) check them and the slices against them; run them with
+The full files are optional: tests marked `full_data` (deselected by default)
+check them and the slices against them; run them with
 `LZE_BENCH_SHARED_DATA=DIR python3 -m pytest -q -m full_data`, DIR laid out as
 `DIR/<name>/test.jsonl`. No test looks beside the checkout on its own.
+
+Default selection (`pytest_collection_modifyitems`): without `-m`, tests marked
+`slow`, `gpu` or `full_data` are deselected, so `python3 -m pytest -q` stays
+fast, except that the `slow` tests of a test file named on the command line
+run (`python3 -m pytest -q tests/test_openrlhf_deepspeed.py` runs that file,
+not nothing). An explicit `-m EXPR` always decides alone.
 """
 
 from __future__ import annotations
@@ -33,6 +39,23 @@ def full_data_dir() -> Path | None:
     """The full benchmark files, only where LZE_BENCH_SHARED_DATA names them."""
     value = os.environ.get(FULL_DATA_ENV)
     return Path(value) if value else None
+
+
+DESELECTED_BY_DEFAULT = ("slow", "gpu", "full_data")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.option.markexpr:  # -m given: it decides
+        return
+    named = {Path(arg.split("::")[0]).resolve() for arg in config.args if arg.split("::")[0].endswith(".py")}
+    keep, drop = [], []
+    for item in items:
+        marks = {mark.name for mark in item.iter_markers()} & set(DESELECTED_BY_DEFAULT)
+        runs_by_name = marks == {"slow"} and Path(str(item.fspath)).resolve() in named
+        (drop if marks and not runs_by_name else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture

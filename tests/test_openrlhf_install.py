@@ -68,3 +68,18 @@ def test_smoke_1gpu_sweep_runs_every_backend_selector_on_one_gpu(tmp_path):
         assert cfg.trainer.steps == 2 and cfg.launcher.name == "local"
     readme = (REPO / "README.md").read_text()
     assert "lze-bench sweep sweep=smoke_1gpu --dry-run" in readme and "eval=smoke" in readme
+
+
+@pytest.mark.parametrize("recipe", ["qwen25_math_1p5b", "smoke_1gpu"])
+def test_gpu_recipes_evaluate_on_the_gpu(recipe):
+    """The eval command a GPU recipe tells users to run uses the GPU and vLLM, and composes as written."""
+    import re
+
+    text = (REPO / "sweeps" / f"{recipe}.yaml").read_text()
+    commands = re.findall(r"lze-bench eval [^\n(]*", text)
+    assert commands, f"{recipe}.yaml names no eval command"
+    for command in commands:
+        args = command.split()[2:]
+        assert "device=cuda" in args and "generation.backend=vllm" in args, command
+        cfg = compose("eval", [a for a in args if not a.startswith("run=")] + ["model=Qwen/Qwen2.5-Math-1.5B"])
+        assert cfg.device == "cuda" and cfg.generation.backend == "vllm"
