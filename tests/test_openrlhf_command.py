@@ -88,7 +88,7 @@ def test_recipe_flags_field_by_field(recipe_cfg, tmp_path):
         "--actor.adam.lr": ["1e-06"],
         "--actor.adam.weight_decay": ["0"],
         "--actor.max_norm": ["1"],
-        "--actor.lr_scheduler": ["cosine_with_min_lr"],
+        "--actor.lr_scheduler": ["constant_with_warmup"],  # equal compute: no decay with the step count
         "--actor.lr_warmup_ratio": ["0.03"],
         "--actor.min_lr_ratio": ["0.1"],
         "--actor.eps_clip_low_high": ["0.2", "0.28"],
@@ -195,7 +195,10 @@ def test_dry_run_cli_prints_exact_command(tmp_path):
     assert lines[0] == f"# backend=openrlhf: run directory {run}"
     assert "-m lze_bench.backends.openrlhf.entry" in lines[2]
     assert "  --rollout.batch_size 128 \\" in lines and "  --train.batch_size 1024 \\" in lines
-    assert lines[-2] == "  --logger.logging_steps 1" and "whole units of" in lines[-1]
+    assert lines[-3] == "  --logger.logging_steps 1" and "whole units of" in lines[-2]
+    assert lines[-1] == ("# the run stops at the first step whose cum_flops reaches trainer.flop_budget=3e+18 "
+                         "(trainer.steps=400 is a cap); HF checkpoints at every multiple of 3e+17 FLOPs, "
+                         "after the last step")
     assert "#SBATCH" not in result.output
     assert not run.exists()  # a dry run writes nothing
 

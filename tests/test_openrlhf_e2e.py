@@ -81,14 +81,14 @@ def world(tmp_path_factory):
         cluster.stop()
 
 
-def overrides(world, selector: str, run_dir: Path) -> list[str]:
+def overrides(world, selector: str, run_dir: Path, extra: tuple = ()) -> list[str]:
     return harness.overrides(world["model"], world["data"], selector, run_dir, steps=STEPS, batch=BATCH, n=N,
-                             micro=MICRO, epochs=EPOCHS)
+                             micro=MICRO, epochs=EPOCHS, extra=extra)
 
 
-def run_job(world, selector: str, run_dir: Path, crash_at_update: int | None = None):
+def run_job(world, selector: str, run_dir: Path, crash_at_update: int | None = None, extra: tuple = ()):
     """The job's own driver argv with the stand-in engines (harness.run_job)."""
-    return harness.run_job(overrides(world, selector, run_dir), world["cluster"].address, crash_at_update)
+    return harness.run_job(overrides(world, selector, run_dir, extra), world["cluster"].address, crash_at_update)
 
 
 @pytest.mark.parametrize("selector", backend_selectors())
@@ -171,7 +171,7 @@ def test_interrupted_first_checkpoint_is_set_aside_and_the_run_starts_over(world
     partial = run / "openrlhf" / "ckpt" / "_actor" / "global_step1"
     partial.mkdir(parents=True)
     (partial / "state.pt").write_bytes(b"cut short")
-    done = run_job(world, "uniform", run)
+    done = run_job(world, "uniform", run, extra=("backend.keep_ds_states=true",))  # keep what was set aside
     ok(done)
     assert list(read_ledger(run)["step"]) == list(range(STEPS)) and (run / "DONE").exists()
     assert [p.name.startswith("_actor.unloadable-") for p in (run / "openrlhf" / "ckpt").iterdir()].count(True) == 1
@@ -201,3 +201,66 @@ def test_steps_that_train_nothing_still_get_their_checkpoints(world, tmp_path):
         saved = AutoModelForCausalLM.from_pretrained(checkpoint_dir(run, step)).state_dict()
         assert all(torch.equal(initial[k], saved[k]) for k in initial)
     assert (run / "DONE").exists() and not (run / "openrlhf" / "ckpt" / "_actor").exists()
+
+
+def budget_bounds(world) -> tuple[float, float]:
+    """(lowest, highest) FLOPs a uniform step can book here: B x n samples, each a prompt of the data's lengths
+    plus 1 to max_new_tokens (4) response tokens, generation + old-log-prob forward + 3 F(L) per PPO epoch."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from lze_bench.backends.openrlhf.data import PROMPT_TEMPLATE
+    from lze_bench.flops import FlopModel
+
+    flops = FlopModel.from_hf_config(AutoConfig.from_pretrained(world["model"]))
+    tokenizer = AutoTokenizer.from_pretrained(world["model"])
+    lengths = [len(tokenizer(PROMPT_TEMPLATE.format(problem=f"Is {i} odd? Reply 1 for yes, 0 for no."),
+                             add_special_tokens=False)["input_ids"]) for i in range(10)]
+    per_sample = 2 + 3 * EPOCHS
+    return (BATCH * N * per_sample * flops.forward([min(lengths) + 1]),
+            BATCH * N * per_sample * flops.forward([max(lengths) + 4]))
+
+
+def test_budgeted_run_stops_on_its_flops_checkpoints_at_flop_marks_and_resumes_exactly(world, tmp_path):
+    """trainer.flop_budget and trainer.checkpoint_every_flops on this backend (lze_bench.budget): the run ends at
+    the first step whose cum_flops reaches the budget (DONE: stopped_by budget), checkpoints after each step that
+    crosses a multiple of checkpoint_every_flops and after the last, and a run killed before its last update and
+    rerun ends with the same ledger, the same checkpoints and the same final weights."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from lze_bench.ledger import read_ledger
+    from lze_bench.rundir import list_checkpoints
+
+    def read_done(run):
+        return json.loads((run / "DONE").read_text())
+
+    low, high = budget_bounds(world)
+    budget, every = 2.5 * low, 1.1 * low
+    assert high < budget < 3 * low  # at least 2 steps, at most 3: well inside the cap of 8
+    extra = (f"trainer.flop_budget={budget}", f"trainer.checkpoint_every_flops={every}", "trainer.steps=8")
+
+    def job(run_dir, crash=None):
+        cfg = harness.overrides(world["model"], world["data"], "uniform", run_dir, steps=8, batch=BATCH, n=N,
+                                micro=MICRO, epochs=EPOCHS, checkpoint_every=0, extra=extra)
+        return harness.run_job(cfg, world["cluster"].address, crash)
+
+    unbroken = tmp_path / "unbroken"
+    ok(job(unbroken))
+    ledger = read_ledger(unbroken)
+    cum = ledger["cum_flops"].tolist()
+    assert cum[-1] >= budget > (cum[-2] if len(cum) > 1 else 0.0) and 2 <= len(cum) <= 3
+    assert read_done(unbroken)["stopped_by"] == "budget" and read_done(unbroken)["flop_budget"] == budget
+    before = [0.0] + cum[:-1]
+    marks = [t + 1 for t, (a, b) in enumerate(zip(before, cum)) if int(b // every) > int(a // every)]
+    expected = sorted(set(marks) | {len(cum)})
+    assert [s for s, _ in list_checkpoints(unbroken)] == expected and len(expected) >= 2
+
+    crashed = tmp_path / "crashed"
+    done = job(crashed, crash=len(cum) - 1)
+    assert done.returncode != 0 and "injected crash" in done.stdout + done.stderr
+    ok(job(crashed))
+    pd.testing.assert_frame_equal(read_ledger(crashed)[COMPARED], ledger[COMPARED])
+    assert [s for s, _ in list_checkpoints(crashed)] == expected and read_done(crashed)["stopped_by"] == "budget"
+    a = AutoModelForCausalLM.from_pretrained(list_checkpoints(unbroken)[-1][1]).state_dict()
+    b = AutoModelForCausalLM.from_pretrained(list_checkpoints(crashed)[-1][1]).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)

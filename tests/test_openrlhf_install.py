@@ -24,8 +24,10 @@ def test_hf_model_never_inherits_the_tiny_trainer_defaults(tmp_path):
     cfg = compose("train", ["backend=openrlhf", "model=Qwen/Qwen2.5-Math-1.5B", "backend.gpus_per_node=8"])
     assert (cfg.trainer.max_new_tokens, cfg.trainer.lr, cfg.trainer.batch_size) == (3072, 1e-6, 128)
     recipe = dict(o.split("=", 1) for o in yaml.safe_load(RECIPE.read_text())["overrides"])
-    for key, value in TRAINER_DEFAULTS.items():  # the recipe's values
-        assert float(recipe[f"trainer.{key}"].split("#")[0]) == value, key
+    for key, value in TRAINER_DEFAULTS.items():  # the recipe's values, but for its equal-compute stopping
+        if key not in ("steps", "checkpoint_every"):  # a FLOP budget with trainer.steps as a cap, FLOP checkpoints
+            assert float(recipe[f"trainer.{key}"].split("#")[0]) == value, key
+    assert float(recipe["trainer.flop_budget"]) > 0 and float(recipe["trainer.checkpoint_every_flops"]) > 0
     mine = compose("train", ["backend=openrlhf", "model=Qwen/X", "backend.gpus_per_node=8", "trainer.lr=2e-6"])
     assert mine.trainer.lr == 2e-6 and mine.trainer.max_new_tokens == 3072
     assert compose("train", []).trainer.lr == 3e-5  # the embedded backend keeps its own
@@ -65,7 +67,7 @@ def test_smoke_1gpu_sweep_runs_every_backend_selector_on_one_gpu(tmp_path):
         flags = openrlhf_flags(cfg, RunPaths(tmp_path / selector))
         assert flags[flags.index("--actor.num_gpus_per_node") + 1] == "1"
         assert flags[flags.index("--vllm.num_engines") + 1] == "1"
-        assert cfg.trainer.steps == 2 and cfg.launcher.name == "local"
+        assert cfg.trainer.flop_budget == 1e14 and cfg.trainer.steps == 4 and cfg.launcher.name == "local"
     readme = (REPO / "README.md").read_text()
     assert "lze-bench sweep sweep=smoke_1gpu --dry-run" in readme and "eval=smoke" in readme
 

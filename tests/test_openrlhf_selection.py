@@ -223,7 +223,7 @@ def test_run_context_ledger_checkpoint_resume_done(tmp_path):
         _, record = run_step(ctx.driver, make_rollout(rate))
         row = ctx.write_step(record, STATUS)
         assert row["step"] == global_step - 1
-        if ctx.is_checkpoint_step(global_step):
+        if ctx.checkpoint_due():
             ctx.save_selector_state(global_step)
             position = ctx.client_state()
             hf = run / "openrlhf" / "ckpt" / f"global_step{global_step}_hf"
@@ -241,12 +241,12 @@ def test_run_context_ledger_checkpoint_resume_done(tmp_path):
     resumed.restore({"global_step": 2, "lze": position})
     assert resumed.driver.position() == position and list(read_ledger(run)["step"]) == [0, 1]
     assert resumed.selector.state_dict().keys() == ctx.selector.state_dict().keys()
-    assert ctx.is_checkpoint_step(3)  # the last step always checkpoints
     with pytest.raises(LzeBenchError, match="stopped after 2 of 3 steps"):
-        finish_run(run, 3)
+        finish_run(run, cfg.trainer)
     _, record = run_step(resumed.driver, make_rollout(rate))
     resumed.write_step(record, STATUS)
-    finish_run(run, 3)
+    assert resumed.checkpoint_due() and resumed.finished  # the last step always checkpoints
+    assert finish_run(run, cfg.trainer) == "steps"
     assert is_done(run) and sorted(read_rollouts(run)["step"].unique()) == [0, 1, 2]
 
 

@@ -271,7 +271,7 @@ def test_flop_budget_stops_at_the_first_step_reaching_it_and_resumes_exactly(tmp
     assert read_ledger(reference)["flops_logprob"].gt(0).all()  # the default books the old-log-prob pass
     budget, every = float(cum[1]) + 1.0, float(cum[0]) * 0.75  # step 2 is the first to reach the budget
     args = ["trainer.steps=10", f"trainer.flop_budget={budget!r}", f"trainer.eval_every_flops={every!r}",
-            "trainer.eval_every=0", "trainer.checkpoint_every=1"]
+            "trainer.eval_every=0", "trainer.checkpoint_every=0", f"trainer.checkpoint_every_flops={every!r}"]
     run_dir = tmp_path / "budget"
     ok(train(run_dir, cache_dir, *args, "backend.stop_after_steps=2"))
     assert not is_done(run_dir)
@@ -284,6 +284,8 @@ def test_flop_budget_stops_at_the_first_step_reaching_it_and_resumes_exactly(tmp
     crossed = np.floor(cum[:3] / every) > np.floor(before / every)
     crossed[-1] = True  # the last step is always evaluated
     assert ledger["heldout_accuracy"].notna().tolist() == crossed.tolist()
+    # checkpoints at the same FLOP marks (checkpoint_every_flops) and after the last step, nowhere else
+    assert [s for s, _ in list_checkpoints(run_dir)] == [t + 1 for t in np.flatnonzero(crossed)]
     done = json.loads((run_dir / "DONE").read_text())
     assert done["stopped_by"] == "budget" and done["flop_budget"] == budget
 
@@ -293,7 +295,10 @@ def test_flop_budget_stops_at_the_first_step_reaching_it_and_resumes_exactly(tmp
     assert read_ledger(capped)["heldout_accuracy"].notna().iloc[-1]
 
 
-def test_openrlhf_refuses_a_flop_budget_it_cannot_honour(tmp_path):
-    result = runner.invoke(app, ["train", "backend=openrlhf", "model=hf", "model.path=x", "trainer.flop_budget=1e12",
-                                 f"run_dir={tmp_path / 'x'}"])
-    assert "trainer.flop_budget" in one_error_line(result)
+def test_openrlhf_refuses_held_out_evals_it_cannot_run(tmp_path):
+    """backend=openrlhf honours trainer.flop_budget (tests/test_openrlhf_e2e.py) but runs no held-out eval while
+    training: trainer.eval_every_flops is refused in one line pointing at FLOP checkpoints."""
+    result = runner.invoke(app, ["train", "backend=openrlhf", "model=hf", "model.path=x", "backend.gpus_per_node=1",
+                                 "trainer.flop_budget=1e12", "trainer.eval_every_flops=1e11", f"run_dir={tmp_path / 'x'}"])
+    assert "trainer.eval_every_flops" in one_error_line(result)
+    assert "trainer.checkpoint_every_flops" in one_error_line(result)

@@ -40,6 +40,7 @@ class TrainerConfig:
     eval_every: int = 10  # held-out eval every K steps (0 = only at the end)
     eval_every_flops: Optional[float] = None  # also eval at each step whose cum_flops crosses a multiple of this; null = off
     checkpoint_every: int = 20  # HF checkpoint + selector state every K steps (and at the end)
+    checkpoint_every_flops: Optional[float] = None  # also at each step whose cum_flops crosses a multiple of this (lze_bench/budget.py); null = off
     batch_size: int = 16  # prompts per actor update = the selectors' budget
     n_samples: int = 8  # responses per prompt (group size)
     temperature: float = 1.0  # rollout sampling temperature
@@ -63,7 +64,7 @@ class TrainerConfig:
         for key in ("eval_every", "checkpoint_every"):
             value = getattr(self, key)
             require(value >= 0, f"trainer.{key}", f"must be >= 0 (0 = only at the end), got {value}")
-        for key in ("flop_budget", "eval_every_flops"):
+        for key in ("flop_budget", "eval_every_flops", "checkpoint_every_flops"):
             value = getattr(self, key)
             require(value is None or value > 0, f"trainer.{key}", f"must be > 0 FLOPs or null (off), got {value}")
         require(self.lr > 0, "trainer.lr", f"must be > 0, got {self.lr}")

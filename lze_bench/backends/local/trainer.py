@@ -19,8 +19,11 @@ budget, and `trainer.steps` is a cap; DONE records which one stopped it
 (`stopped_by: budget|steps`). Held-out evals: after every `eval_every` steps,
 after each step whose `cum_flops` crosses a multiple of `eval_every_flops`
 (so selectors that spend different FLOPs per step are measured at the same
-compute), and always after the last step. Every decision is a function of the
-ledger, so a resumed run stops and evaluates where an unbroken one does.
+compute), and always after the last step. Checkpoints likewise: every
+`checkpoint_every` steps, at each `checkpoint_every_flops` crossing, and after
+the last step (lze_bench.budget, shared with the OpenRLHF backend). Every
+decision is a function of the ledger, so a resumed run stops, evaluates and
+checkpoints where an unbroken one does.
 
 Trackers (`logger=[wandb,tensorboard]`, lze_bench.tracking): every ledger row
 and every held-out eval is sent as it is written.
@@ -40,6 +43,7 @@ import time
 from pathlib import Path
 
 from lze_bench import __version__
+from lze_bench.budget import checkpoint_due, crossed, stop_reason
 from lze_bench.errors import LzeBenchError
 from lze_bench.ledger import step_flops
 from lze_bench.rundir import (CONFIG, atomic_write_text, clear_progress, config_hash, default_run_dir, git_commit,
@@ -227,16 +231,12 @@ class _Session:
         return result
 
     def stop_reason(self, cum_flops: float) -> str | None:
-        """"budget" once `cum_flops` reaches trainer.flop_budget, else "steps" at the step cap, else None."""
-        trainer = self.cfg.trainer
-        if trainer.flop_budget is not None and cum_flops >= trainer.flop_budget:
-            return "budget"
-        return "steps" if self.updates >= trainer.steps else None
+        """"budget" once `cum_flops` reaches trainer.flop_budget, else "steps" at the step cap (lze_bench.budget)."""
+        return stop_reason(self.cfg.trainer, self.updates, cum_flops)
 
     def _eval_due(self, before: float, after: float, last: bool) -> bool:
-        every, every_flops = self.cfg.trainer.eval_every, self.cfg.trainer.eval_every_flops
-        crossed = every_flops is not None and int(after // every_flops) > int(before // every_flops)
-        return last or crossed or (every > 0 and self.updates % every == 0)
+        every = self.cfg.trainer.eval_every
+        return last or crossed(self.cfg.trainer.eval_every_flops, before, after) or (every > 0 and self.updates % every == 0)
 
     def checkpoint(self):
         from lze_bench.backends.local.state import save_checkpoint
@@ -294,8 +294,7 @@ class _Session:
         self.tracker.log_step(self.ledger.append(row))
         if log_rows:  # a step whose selector rolled out nothing (all pruned) has no rows
             self.rollouts.append(step, log_rows)
-        every = self.cfg.trainer.checkpoint_every
-        if last or (every > 0 and self.updates % every == 0):
+        if checkpoint_due(self.cfg.trainer, self.updates, before, after):
             self.checkpoint()
 
     def finish(self) -> None:

@@ -174,6 +174,9 @@ def require_gpu_stack() -> None:
 @BACKENDS.add("openrlhf")
 class OpenRLHFBackend:
     Config = OpenRLHFBackendConfig
+    # the trainer stops on trainer.flop_budget and checkpoints on trainer.checkpoint_every_flops (lze_bench.budget);
+    # trainer.eval_every_flops is refused (command.check): this backend evaluates checkpoints after training
+    honours_flop_budget = True
     trainer_defaults = TRAINER_DEFAULTS
 
     @staticmethod

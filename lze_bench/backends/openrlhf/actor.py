@@ -22,6 +22,13 @@ Result: one optimizer step per PPO epoch of a training step, on exactly that
 step's samples, one clip and one normaliser; nothing carried over. The LR
 schedule counts optimizer steps, so it is unchanged.
 
+The order in which a rank trains its micro-batches is OpenRLHF's shuffle
+(`ppo_train`'s DataLoader), drawn from the process-wide torch RNG, which no
+checkpoint saves: a resumed run would shuffle differently from an unbroken one
+and end with other weights (summation order). So `fit` draws it from a
+generator seeded with (`train.seed`, optimizer steps done), the engine's
+`global_steps`, which DeepSpeed checkpoints, and restores the global RNG after.
+
 `lze_entropy` / `lze_mean_hidden` (actor_features.py) are the no-grad
 forwards the controller asks for (hive's entropies, astral's embeddings).
 
@@ -31,6 +38,8 @@ entry.py installs the result before OpenRLHF's CLI module runs.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 from lze_bench.backends.openrlhf.actor_features import FeatureActorMixin
 from lze_bench.errors import LzeBenchError
@@ -54,12 +63,23 @@ class StepBatchMixin:
         self.strategy.accumulated_gradient = steps
         self.trainer.training_step = _boundary_on_last(self.trainer.training_step, engine, steps)
         try:
-            return super().fit(kl_ctl)
+            with _seeded_shuffle(int(self.strategy.args.train.seed), int(engine.global_steps)):
+                return super().fit(kl_ctl)
         finally:
             del self.trainer.training_step  # back to the class's method
             engine.set_gradient_accumulation_boundary(None)  # DeepSpeed's own counter again
             engine.set_train_batch_size(saved_batch)
             self.strategy.accumulated_gradient = saved_accumulation
+
+
+@contextlib.contextmanager
+def _seeded_shuffle(seed: int, optimizer_steps: int):
+    """The global CPU torch RNG (the replay buffer's shuffle) seeded by (seed, optimizer steps), restored after."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed * 1_000_003 + optimizer_steps)  # CPU only: the sampler's
+        yield
 
 
 def _boundary_on_last(training_step, engine, window: int):

@@ -229,6 +229,9 @@ def check(cfg) -> None:
     if b.ds_enable_sleep and b.zero_stage == 0:
         raise LzeBenchError("backend.zero_stage: 0 has no offload_states (DeepSpeed's stage-0 optimizer), which "
                             "backend.ds_enable_sleep needs; use backend.zero_stage=1, 2 or 3, or ds_enable_sleep=false")
+    if t.eval_every_flops is not None:
+        raise LzeBenchError("trainer.eval_every_flops: backend=openrlhf runs no held-out eval while training; use "
+                            "trainer.checkpoint_every_flops=FLOPS and evaluate the checkpoints with lze-bench eval")
     if b.ckpt_max_num < 2:
         raise LzeBenchError(f"backend.ckpt_max_num: {b.ckpt_max_num} keeps no loadable checkpoint while a new one is "
                             "written (OpenRLHF deletes the oldest tag first); use 2 or more")

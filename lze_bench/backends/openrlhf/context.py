@@ -82,7 +82,6 @@ class RunContext:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.total_steps = int(cfg.trainer.steps)
-        self.checkpoint_every = int(cfg.trainer.checkpoint_every)
         self.group_size = int(cfg.trainer.n_samples)
         self.unit = trim_unit(int(cfg.backend.train_micro_batch_size), int(dp_ranks))
         self.dp_ranks = int(dp_ranks)
@@ -120,8 +119,15 @@ class RunContext:
         return cls(cfg, num_prompts=num_prompts, flops=flops, dp_ranks=dp_ranks, features=features)
 
     @property
+    def stop_reason(self) -> str | None:
+        """"budget" | "steps" once the run is done (lze_bench.budget: trainer.flop_budget, trainer.steps), else None."""
+        from lze_bench.budget import stop_reason
+
+        return stop_reason(self.cfg.trainer, self.driver.step, self.ledger.cum_flops)
+
+    @property
     def finished(self) -> bool:
-        return self.driver.step >= self.total_steps
+        return self.stop_reason is not None
 
     @property
     def steps_done(self) -> int:
@@ -131,9 +137,15 @@ class RunContext:
     def replays(self) -> bool:
         return self.store.capacity > 0
 
-    def is_checkpoint_step(self, steps_done: int) -> bool:
-        every = self.checkpoint_every
-        return steps_done >= self.total_steps or (every > 0 and steps_done % every == 0)
+    def checkpoint_due(self) -> bool:
+        """After the step just written to the ledger: the last step, every `trainer.checkpoint_every` steps, or a
+        `trainer.checkpoint_every_flops` crossing (lze_bench.budget; a function of the ledger, so resume-safe)."""
+        from lze_bench.budget import checkpoint_due
+
+        frame = self.ledger.frame
+        after = self.ledger.cum_flops
+        before = float(frame["cum_flops"].iloc[-2]) if len(frame) > 1 else 0.0
+        return checkpoint_due(self.cfg.trainer, self.driver.step, before, after)
 
     def begin_step(self) -> None:
         """Before the driver runs the next step: the feature passes book their costs against it."""
@@ -196,7 +208,7 @@ class RunContext:
             start = (int(row["step"]), float(row["cum_flops"]) - float(row["flops_total"]))  # where this run resumed
             self.tracker = open_tracker(OmegaConf.to_container(self.cfg, resolve=True), self.run_dir, resume=start)
         self.tracker.log_step(row, status)
-        if int(row["step"]) + 1 >= self.total_steps:
+        if self.finished:  # the step cap or the FLOP budget: the run's last row
             self.tracker.close()
 
     def save_selector_state(self, steps_done: int) -> Path:
@@ -285,14 +297,25 @@ class RunContext:
         return target
 
 
-def finish_run(run_dir: str | os.PathLike, total_steps: int, summary: dict | None = None) -> None:
-    """After OpenRLHF returns: check every step is in the ledger, compact the rollout log, write DONE last."""
+def finish_run(run_dir: str | os.PathLike, trainer) -> str:
+    """After OpenRLHF returns: check the run reached its budget or step cap, compact the rollout log, write DONE
+    last (with `stopped_by`, as the local backend's); returns stopped_by."""
+    from lze_bench.budget import stop_reason
     from lze_bench.rundir import mark_done
 
     ledger = Ledger(run_dir)
-    if ledger.last_step + 1 < int(total_steps):
-        raise LzeBenchError(
-            f"run stopped after {ledger.last_step + 1} of {total_steps} steps; rerun the same command to resume"
-        )
+    steps, cum_flops = ledger.last_step + 1, ledger.cum_flops
+    stopped_by = stop_reason(trainer, steps, cum_flops)
+    if stopped_by is None:
+        budget = "" if trainer.flop_budget is None else f" and {cum_flops:.3g} of {trainer.flop_budget:.3g} FLOPs"
+        raise LzeBenchError(f"run stopped after {steps} of {trainer.steps} steps{budget}; "
+                            "rerun the same command to resume")
+    if stopped_by == "steps" and trainer.flop_budget is not None:
+        log.warning("%s hit the step cap trainer.steps=%d before trainer.flop_budget=%.3g (cum_flops %.3g)",
+                    run_dir, trainer.steps, trainer.flop_budget, cum_flops)
     RolloutLog(run_dir).compact()
-    mark_done(run_dir, summary or {"steps": int(total_steps), "backend": "openrlhf"})
+    frame = ledger.frame
+    mark_done(run_dir, {"steps": steps, "backend": "openrlhf", "stopped_by": stopped_by,
+                        "flop_budget": trainer.flop_budget, "cum_flops": cum_flops,
+                        "cum_time_s": float(frame["cum_time_s"].iloc[-1]) if len(frame) else 0.0})
+    return stopped_by

@@ -99,7 +99,7 @@ def run(config_path: str, flags: list[str]) -> None:
                 runpy.run_module(OPENRLHF_CLI, run_name="__main__", alter_sys=True)
         finally:
             sys.argv = saved_argv
-        finish_run(cfg.run_dir, int(cfg.trainer.steps))
+        finish_run(cfg.run_dir, cfg.trainer)
         if not cfg.backend.keep_ds_states:
             remove_ds_states(RunPaths(Path(cfg.run_dir)).ckpt)
     finally:

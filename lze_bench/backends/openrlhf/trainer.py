@@ -16,8 +16,9 @@ with `ray.remote` (entry.py installs it). Overrides, each calling OpenRLHF's own
 * `save_logs_and_checkpoints`: once per trained step, write the ledger and
   rollout rows (lze_bench.ledger, FLOPs from lze_bench.flops) and let OpenRLHF
   log; the checkpoint is ours (OpenRLHF runs with `--ckpt.save_steps -1`):
-  at every checkpoint step of our count (`trainer.checkpoint_every`, the last
-  step), the selector state (and replay store), OpenRLHF's actor
+  after every step it is due (lze_bench.budget: every `trainer.checkpoint_every`
+  steps, each `trainer.checkpoint_every_flops` crossing, the last step, which is
+  the step cap or the first step at `trainer.flop_budget`), the selector state (and replay store), OpenRLHF's actor
   `save_checkpoint` under tag `lze_stepSSSSSS` with our position in
   `client_states`, then its HF directory adopted as `checkpoints/step_S`
   (S = training steps done) + COMPLETE;
@@ -146,7 +147,7 @@ class LzePPOTrainer(BasePPOTrainer):
         directory adopted as checkpoints/step_S (+ COMPLETE). Our tags never repeat, so a save never overwrites
         the checkpoint a resume would load."""
         steps_done = self.lze.steps_done
-        if not self.lze.is_checkpoint_step(steps_done):
+        if not self.lze.checkpoint_due():
             return
         client_states[CLIENT_STATE_KEY] = self.lze.client_state()
         self.lze.save_selector_state(steps_done)

@@ -44,12 +44,13 @@ def import_error() -> str | None:
 
 
 def overrides(model: Path, data: Path, selector: str, run_dir: Path, *, steps: int, batch: int, n: int, micro: int,
-              epochs: int = 1, gpus: int = 1, zero_stage: int = 2, extra: tuple = ()) -> list[str]:
+              epochs: int = 1, gpus: int = 1, zero_stage: int = 2, checkpoint_every: int = 1,
+              extra: tuple = ()) -> list[str]:
     return [
         "backend=openrlhf", f"model={model}", "task=gsm8k", f"data.root={data}",
         f"selector={selector}", "seed=0", f"run_dir={run_dir}",
         f"trainer.steps={steps}", f"trainer.batch_size={batch}", f"trainer.n_samples={n}",
-        "trainer.max_new_tokens=4", "trainer.lr=0.01", "trainer.checkpoint_every=1", f"trainer.ppo_epochs={epochs}",
+        "trainer.max_new_tokens=4", "trainer.lr=0.01", f"trainer.checkpoint_every={checkpoint_every}", f"trainer.ppo_epochs={epochs}",
         f"backend.gpus_per_node={gpus}", f"backend.zero_stage={zero_stage}", "backend.max_len=400",
         "backend.packing_samples=false", "backend.attn_implementation=eager", "backend.apply_chat_template=false",
         "backend.gradient_checkpointing=false",
