@@ -7,8 +7,13 @@ Three tables live in a run directory:
   run is going, rows sit in `rollouts/part-step_NNNNNN.parquet` files (one per
   step, so a step costs O(its rows)); `compact_rollouts` merges them at the end
   and `read_rollouts` reads both.
-* `evals.parquet`    one row per (checkpoint, benchmark) evaluation (EVAL_COLUMNS),
-  written by `lze-bench eval run=RUN_DIR`.
+* `evals.parquet`    one row per (checkpoint, benchmark, eval settings) result
+  (EVAL_COLUMNS), written by `lze-bench eval run=RUN_DIR` (or `eval sweep_dir=DIR`).
+  A row is keyed by (checkpoint, benchmark, settings_key): the same settings
+  evaluated again replace their row, other settings are kept beside it
+  (lze_bench.evaluation.settings defines the key). A file without the
+  `settings_key` column (written before results were keyed by settings) is
+  refused with one line: its rows' settings cannot be known.
 
 FLOP columns: per-step counts are exact integers (int64); `cum_flops` is a
 float64 running sum, because a long run of a 7B model passes 2^63 FLOPs
@@ -17,6 +22,7 @@ float64 running sum, because a long run of a 7B model passes 2^63 FLOPs
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -80,8 +86,25 @@ EVAL_COLUMNS: dict[str, str] = {
     "ci_high": "float64",
     "pass_at_k": "float64",
     "maj_at_k": "float64",
-    "k": "int64",
+    "k": "int64",  # the largest k of the suite's ks
+    "suite": "object",  # the suite's name (a label: not part of the key)
+    "settings_key": "object",  # 12 hex digits over the settings below (evaluation/settings.py)
+    # the settings (samples per problem is `samples_per_problem`)
+    "split": "object",  # "" = the benchmark's own test split
+    "temperature": "float64",  # 0 = greedy
+    "top_p": "float64",
+    "max_new_tokens": "int64",
+    "limit": "int64",  # first N problems; 0 = every problem
+    "seed": "int64",
+    "prompt_template": "object",  # template name ("default": the benchmark's own)
+    "chat_template": "bool",
+    "grading": "object",  # "boxed": the last \boxed{} of the response
+    # recorded, not part of the key
+    "generation_backend": "object",  # hf | vllm
+    "cum_flops": "float64",  # the run's cum_flops when the checkpoint was saved (reports recompute it from the ledger)
 }
+EVAL_KEY = ("checkpoint", "benchmark", "settings_key")
+EVALS_LOCK = ".evals.lock"  # flock'd around the read-modify-write of evals.parquet (concurrent eval jobs)
 
 FLOP_PARTS = ("flops_rollout", "flops_logprob", "flops_train", "flops_select")
 
@@ -241,25 +264,52 @@ def read_rollouts(run_dir: str | os.PathLike) -> pd.DataFrame:
 
 
 def append_eval_rows(run_dir: str | os.PathLike, rows: list[dict]) -> pd.DataFrame:
-    """Add eval results; a (checkpoint, benchmark) pair evaluated again replaces its row."""
+    """Add eval results; a (checkpoint, benchmark, settings_key) evaluated again replaces its row.
+
+    Read, merge and write happen under an exclusive lock on `<run_dir>/.evals.lock`, so eval
+    jobs of one run that finish at once (one job per checkpoint) never lose each other's rows.
+    """
     path = Path(run_dir) / EVALS_FILE
     new = _typed(pd.DataFrame(rows), EVAL_COLUMNS)
     missing = [c for c in EVAL_COLUMNS if c not in new]
     if missing:
         raise LzeBenchError(f"eval rows lack columns: {', '.join(missing)}")
-    old = pd.read_parquet(path) if path.exists() else None
-    frame = new if old is None else pd.concat([old, new], ignore_index=True)
-    frame = frame.drop_duplicates(subset=["checkpoint", "benchmark"], keep="last")
-    frame = frame.sort_values(["step", "benchmark"], kind="stable").reset_index(drop=True)
-    _write_parquet(path, frame)
+    with _locked(Path(run_dir) / EVALS_LOCK):
+        old = read_evals(run_dir) if path.exists() else None
+        frame = new if old is None or old.empty else pd.concat([old, new], ignore_index=True)
+        frame = frame.drop_duplicates(subset=list(EVAL_KEY), keep="last")
+        frame = frame.sort_values(["step", "benchmark", "settings_key"], kind="stable").reset_index(drop=True)
+        _write_parquet(path, frame)
     return frame
 
 
 def read_evals(run_dir: str | os.PathLike) -> pd.DataFrame:
+    """A run's eval results (EVAL_COLUMNS typed); empty without a file; one-line error for an old file."""
     path = Path(run_dir) / EVALS_FILE
     if not path.exists():
         return _empty(EVAL_COLUMNS)
-    return _typed(pd.read_parquet(path), EVAL_COLUMNS)
+    frame = pd.read_parquet(path)
+    missing = [c for c in EVAL_COLUMNS if c not in frame]
+    if missing:
+        raise LzeBenchError(
+            f"{path} has no {', '.join(missing)} column(s): it was written before eval results were keyed by "
+            "their settings, so which suite, n or limit each row used is unknown; delete it and run "
+            f"`lze-bench eval run={run_dir}` again"
+        )
+    return _typed(frame, EVAL_COLUMNS)
+
+
+@contextlib.contextmanager
+def _locked(lock_path: Path):
+    import fcntl
+
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def zero_variance_fraction(rewards: np.ndarray) -> float:

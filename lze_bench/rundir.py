@@ -8,7 +8,7 @@ Layout (design.md "The run directory"):
       rollouts.parquet       one row per rolled-out prompt per step
       selector_state/step_000100.npz
       checkpoints/step_000100/   a Hugging Face model directory (+ trainer_state.pt)
-      evals/<checkpoint>/<benchmark>.jsonl and summary.json
+      evals/<checkpoint>/<settings_key>/<benchmark>.jsonl and summary.json (evaluation/outputs.py)
       progress.json          while a run is preparing: what it is doing (the warm start's steps), read
                              by `sweep status`; removed when the run finishes
       DONE                   written last; a run without it is resumable

@@ -1,7 +1,7 @@
 """`lze-bench eval` end to end on a tiny checkpoint, run=RUN_DIR, metrics and config.
 
 The checkpoint is a random-weight 2-layer Llama with a character tokenizer
-and a 96-token context, built here (accuracy near zero is expected; the path
+and a 96-token context, built in conftest.py (accuracy near zero is expected; the path
 is the real one: data files, prompts, chat template, left-truncation,
 batched generation, grading, metrics, outputs, ledger rows).
 """
@@ -22,30 +22,6 @@ from lze_bench.evaluation.generation import budget, load_generator
 
 DATA = Path(__file__).parent / "data"  # benchmark slices: a few real rows each (tests/data/<name>/SOURCE.md)
 FOUR = ["gsm8k", "math500", "aime25", "amc23"]
-CHAT = "{% for m in messages %}User: {{ m['content'] }}\nAssistant:{% endfor %}"
-
-
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory) -> Path:
-    import torch
-    from tokenizers import Tokenizer, decoders, models
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    path = tmp_path_factory.mktemp("tiny") / "checkpoint"
-    specials = ["<pad>", "<s>", "</s>", "<unk>"]
-    vocab = {token: i for i, token in enumerate(specials + ["\n"] + [chr(c) for c in range(32, 127)])}
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    core.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
-                                        unk_token="<unk>")
-    tokenizer.chat_template = CHAT
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=96,
-                         pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    LlamaForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 def _eval(overrides: list[str]):
@@ -58,9 +34,9 @@ SMOKE = [f"data.root={DATA}", "eval=smoke", "limit=2", "eval.max_new_tokens=6", 
 
 
 def test_eval_one_checkpoint_on_all_four_benchmarks(tiny_checkpoint, tmp_path):
-    out = tmp_path / "out"
-    entries = _eval([f"model={tiny_checkpoint}", f"out_dir={out}", *SMOKE])
+    entries = _eval([f"model={tiny_checkpoint}", f"out_dir={tmp_path / 'out'}", *SMOKE])
     assert [e["benchmark"] for e in entries] == FOUR
+    out = tmp_path / "out" / entries[0]["settings_key"]  # results of other settings would sit beside it
     summary = json.loads((out / "summary.json").read_text())
     assert sorted(summary) == sorted(FOUR)
     for name in FOUR:
@@ -72,7 +48,7 @@ def test_eval_one_checkpoint_on_all_four_benchmarks(tiny_checkpoint, tmp_path):
         entry = summary[name]
         assert entry["accuracy"] == pytest.approx(np.mean([r["correct"] for r in rows]))
         assert entry["num_problems"] == 2 and entry["samples_per_problem"] == 2
-        assert entry["settings"]["suite"]["temperature"] == 1.0 and entry["settings"]["suite"]["limit"] == 2
+        assert entry["settings"]["temperature"] == 1.0 and entry["settings"]["limit"] == 2 and entry["suite"] == "smoke"
         assert entry["generated_tokens"] == sum(r["response_tokens"] for r in rows)
         assert {"pass@1", "pass@2", "maj@2", "ci_low", "ci_high"} <= set(entry)
     # GSM8K prompts (~300 characters) exceed the 96-token window: truncated from the left.
@@ -113,15 +89,17 @@ def test_eval_run_appends_ledger_rows_and_resumes(tiny_checkpoint, tmp_path):
     assert set(evals["k"]) == {2}
     flops = dict(zip(evals["step"], evals["cum_flops"]))
     assert flops[0] == 0.0 and flops[2] == 3000.0  # rows 0 and 1: 1000 + 2000
-    jsonl = run / "evals" / "step_000002" / "aime25.jsonl"
+    jsonl = run / "evals" / "step_000002" / evals["settings_key"].iloc[0] / "aime25.jsonl"
     assert jsonl.exists()
     stamp = jsonl.stat().st_mtime_ns
     _eval(overrides)  # same settings: nothing is generated again
     assert jsonl.stat().st_mtime_ns == stamp
     assert len(read_evals(run)) == 4
-    _eval([*overrides, "eval.max_new_tokens=4"])  # other settings: evaluated again, rows replaced
-    assert jsonl.stat().st_mtime_ns != stamp
-    assert len(read_evals(run)) == 4
+    _eval([*overrides, "eval.max_new_tokens=4"])  # other settings: a second result beside the first
+    assert jsonl.stat().st_mtime_ns == stamp
+    evals = read_evals(run)
+    assert len(evals) == 8 and evals["settings_key"].nunique() == 2
+    assert sorted(set(evals["max_new_tokens"])) == [4, 6]
 
 
 def test_synthetic_benchmark_end_to_end(tiny_checkpoint, tmp_path):

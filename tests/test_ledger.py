@@ -82,13 +82,23 @@ def test_rollout_parts_compact_into_one_file(tmp_path):
     assert frame["kept"].tolist() == [True, False] * 3
 
 
-def test_eval_rows_replace_same_checkpoint_and_benchmark(tmp_path):
+def test_eval_rows_are_keyed_by_checkpoint_benchmark_and_settings(tmp_path):
+    settings = dict(split="", temperature=0.0, top_p=1.0, max_new_tokens=64, limit=0, seed=0, prompt_template="default",
+                    chat_template=True, grading="boxed")
     base = dict(step=10, checkpoint="step_000010", benchmark="gsm8k", num_problems=5, samples_per_problem=1,
-                accuracy=0.2, ci_low=0.0, ci_high=0.5, pass_at_k=0.2, maj_at_k=0.2, k=1)
+                accuracy=0.2, ci_low=0.0, ci_high=0.5, pass_at_k=0.2, maj_at_k=0.2, k=1, suite="math_suite",
+                settings_key="aaaaaaaaaaaa", generation_backend="hf", cum_flops=1e9, **settings)
     append_eval_rows(tmp_path, [base])
-    append_eval_rows(tmp_path, [dict(base, accuracy=0.4), dict(base, benchmark="amc23", accuracy=0.0)])
+    smoke = dict(base, suite="smoke", settings_key="bbbbbbbbbbbb", limit=2, accuracy=1.0)
+    append_eval_rows(tmp_path, [dict(base, accuracy=0.4), dict(base, benchmark="amc23", accuracy=0.0), smoke])
     frame = read_evals(tmp_path)
-    assert sorted(zip(frame["benchmark"], frame["accuracy"])) == [("amc23", 0.0), ("gsm8k", 0.4)]
+    assert sorted(zip(frame["benchmark"], frame["settings_key"], frame["accuracy"])) == [
+        ("amc23", "aaaaaaaaaaaa", 0.0), ("gsm8k", "aaaaaaaaaaaa", 0.4), ("gsm8k", "bbbbbbbbbbbb", 1.0)]
+    with pytest.raises(LzeBenchError, match="eval rows lack columns: settings_key"):
+        append_eval_rows(tmp_path, [{k: v for k, v in base.items() if k != "settings_key"}])
+    pd.read_parquet(tmp_path / "evals.parquet").drop(columns=["settings_key"]).to_parquet(tmp_path / "evals.parquet")
+    with pytest.raises(LzeBenchError, match="written before eval results were keyed by their settings"):
+        append_eval_rows(tmp_path, [base])  # an old file is never silently merged
 
 
 def test_finished_run_is_never_overwritten(tmp_path):

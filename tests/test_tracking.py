@@ -228,7 +228,7 @@ def test_local_run_logs_every_ledger_column_each_step_with_cum_flops_axis(local_
 def test_local_evals_reach_both_trackers_once_when_written(local_run):
     run = local_run["run"]
     evals = read_evals(run)
-    assert sorted(set(evals["step"])) == [2, 4]
+    assert sorted(set(evals["step"])) == [0, 2, 4]  # the initial policy (warm start) and both checkpoints
     tensorboard = tensorboard_scalars(run / "tensorboard")
     by_flops = tensorboard_scalars(run / "tensorboard" / "cum_flops")
     for row in evals.itertuples():

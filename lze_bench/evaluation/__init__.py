@@ -1,7 +1,10 @@
 """Benchmark evaluation: `lze-bench eval` and `lze-bench grade`.
 
 Modules: suites.py (the `eval` config group and the `eval` primary config),
-generation.py (hf | vllm), metrics.py, runner.py (`run_eval`), grade_file.py.
+settings.py (the settings key a result is filed under), generation.py (hf |
+vllm), replicas.py (data-parallel replicas), metrics.py, outputs.py (result
+files, evals.parquet rows, "finished"), runner.py (`run_eval`), grade_file.py.
+`eval sweep_dir=` submits jobs from lze_bench/sweep/evals.py, above this package.
 The benchmark registry (lze_bench/benchmarks.py) and the grading package
 (lze_bench/grading/) sit below this package. Kept import-light: nothing here
 imports torch.

@@ -20,11 +20,13 @@ CUDA (device=auto picks CUDA when available); dtype auto = float32 on CPU,
 bfloat16 on CUDA. Each batch is seeded (seed, batch index), so a run is
 reproducible on one device. Generated tokens count up to and including the
 first EOS. vllm: imported only here, needs CUDA; the same truncation, one
-`LLM.generate` call per benchmark (vLLM batches itself).
+`LLM.generate` call per benchmark (vLLM batches itself); engine sizing and the
+explicit shutdown in `close()` are described on VLLMGenerator.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from dataclasses import dataclass, field
@@ -203,12 +205,27 @@ class HFGenerator(_Base):
 
 
 class VLLMGenerator(_Base):
-    """vLLM on CUDA; not run in this project's CI (no GPU there)."""
+    """vLLM on CUDA; not run in this project's CI (no GPU there; tests drive it with a fake `vllm.LLM`).
+
+    Engine settings (generation.* in the eval config): tensor_parallel_size,
+    max_model_len (the KV cache is sized for it; null = the model's own window),
+    gpu_memory_utilization and enforce_eager, passed to `vllm.LLM` as is.
+
+    `close()` shuts the engine down explicitly rather than waiting for garbage
+    collection, so the next checkpoint's engine finds the GPU free: vLLM's V1
+    `LLM` runs its engine core (and tensor-parallel workers) in child processes
+    that live until `llm.llm_engine.engine_core.shutdown()` (vllm/v1/engine/
+    core_client.py); `LLM.shutdown()` is called instead where a vLLM version has
+    it. Then the references are dropped, `gc.collect()` runs and the CUDA
+    caching allocator is emptied. Idempotent; a vLLM with neither shutdown is
+    only garbage-collected, with a warning.
+    """
 
     name = "vllm"
 
     def __init__(self, path: str, device: str = "cuda", dtype: str = "auto", batch_size: int = 8,
-                 use_chat_template: bool = True, seed: int = 0):
+                 use_chat_template: bool = True, seed: int = 0, tensor_parallel_size: int = 1,
+                 max_model_len: int | None = None, gpu_memory_utilization: float = 0.9, enforce_eager: bool = False):
         try:
             import vllm
         except ImportError:
@@ -216,11 +233,17 @@ class VLLMGenerator(_Base):
         if device == "cpu":
             raise LzeBenchError("generation.backend=vllm needs a GPU: pass device=cuda, or use generation.backend=hf")
         self.vllm = vllm
-        self.llm = vllm.LLM(model=path, dtype=dtype, seed=seed)
+        engine = {"tensor_parallel_size": tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization,
+                  "enforce_eager": enforce_eager}
+        if max_model_len is not None:
+            engine["max_model_len"] = max_model_len
+        self.llm = vllm.LLM(model=path, dtype=dtype, seed=seed, **engine)
         context = self.llm.llm_engine.model_config.max_model_len
         super().__init__(self.llm.get_tokenizer(), context, use_chat_template)
 
     def generate(self, messages: list[str], sampling: Sampling, progress=None) -> list[PromptResult]:
+        if self.llm is None:
+            raise LzeBenchError("this vLLM generator was closed; load a new one")
         prompts = [self.render(m) for m in messages]
         new, fitted, truncated = self._fit([self.encode(p) for p in prompts], sampling.max_new_tokens)
         params = self.vllm.SamplingParams(
@@ -242,12 +265,38 @@ class VLLMGenerator(_Base):
             progress(len(prompts))
         return results
 
+    def close(self) -> None:
+        llm, self.llm = self.llm, None
+        if llm is None:
+            return
+        shutdown = getattr(llm, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+        else:
+            core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+            if callable(getattr(core, "shutdown", None)):
+                core.shutdown()
+            else:  # not the V1 engine this is written for: garbage collection is all that is left
+                logger.warning("vllm %s has neither LLM.shutdown() nor llm_engine.engine_core.shutdown(); the "
+                               "engine is only garbage-collected (lze-bench[vllm] pins vllm==0.29.0)",
+                               getattr(self.vllm, "__version__", "?"))
+        del llm
+        gc.collect()
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
 
 def load_generator(path: str, *, backend: str = "hf", device: str = "cpu", dtype: str = "auto", batch_size: int = 8,
-                   use_chat_template: bool = True, seed: int = 0):
+                   use_chat_template: bool = True, seed: int = 0, engine=None):
+    """A generator for `path`; `engine` (a GenerationConfig) carries the vLLM engine settings."""
     if backend == "hf":
         return HFGenerator(path, device=device, dtype=dtype, batch_size=batch_size, use_chat_template=use_chat_template)
     if backend == "vllm":
+        sizing = {} if engine is None else {
+            "tensor_parallel_size": engine.tensor_parallel_size, "max_model_len": engine.max_model_len,
+            "gpu_memory_utilization": engine.gpu_memory_utilization, "enforce_eager": engine.enforce_eager}
         return VLLMGenerator(path, device=device, dtype=dtype, batch_size=batch_size,
-                             use_chat_template=use_chat_template, seed=seed)
+                             use_chat_template=use_chat_template, seed=seed, **sizing)
     raise LzeBenchError(f"generation.backend: unknown backend {backend!r}; use hf or vllm")

@@ -1,150 +1,202 @@
 """`lze-bench eval`: generate, grade and score every benchmark of a suite.
 
     lze-bench eval model=PATH_OR_HF_ID eval=math_suite     one checkpoint
-    lze-bench eval run=RUN_DIR eval=math_suite             every complete checkpoint of a run
+    lze-bench eval run=RUN_DIR eval=math_suite             every complete checkpoint of a run (+ its initial policy)
+    lze-bench eval sweep_dir=SWEEP_DIR eval=math_suite         every run of a sweep, as jobs (lze_bench/sweep/evals.py)
 
-Outputs per checkpoint (design.md "The run directory"): `<out>/<benchmark>.jsonl`
-(one row per sample: prompt, response, extracted answer, correct, tokens) and
-`<out>/summary.json` + `summary.csv` (one entry per benchmark: metrics, the
-sampling settings, token and time counts). `<out>` is `<run>/evals/<checkpoint>/`
-for a run, else `out_dir` or `runs/eval/<model>/`. For a run, each checkpoint's
-rows are appended to `<run>/evals.parquet` (ledger.append_eval_rows) with the
-run's `cum_flops` at that step, so reports plot accuracy against FLOPs.
+Order of one command: compose and check the config; find the targets; load
+and check every benchmark's rows (so a missing or malformed file fails before
+any model loads); then per target (checkpoint): skip it if every benchmark is
+already finished with these settings, else load the generator, evaluate each
+unfinished benchmark, write its files, shut the engine down (generator.close,
+before the next checkpoint's engine starts) and append the run's
+evals.parquet rows. Outputs and the "finished" rule: outputs.py; the settings
+key: settings.py. One Grader (process pool) serves the whole command.
 
-Resumable: a (checkpoint, benchmark) pair whose summary entry has the same
-settings hash and whose JSONL exists is skipped; the model is not even loaded
-when every pair of a checkpoint is done. One Grader (process pool) serves the
-whole command.
+With `generation.data_parallel_size=D > 1`, D replicas evaluate different
+checkpoints at once (replicas.py).
+
+Choices where the sources are silent:
+- a run's *initial policy* is evaluated as checkpoint `initial`, step 0 (0
+  FLOPs), so reports have each benchmark's accuracy before training (Table 2's
+  a0): the policy the run started from, read from its config.yaml
+  (`warmstart.dir` on the local backend, else `model.path`); skipped when the
+  run has a `step_000000` checkpoint (the same policy), when `initial=false`,
+  or with a warning when the config names none;
+- each benchmark's sampling seed is derived from (seed, benchmark name), so a
+  benchmark's samples do not depend on which other benchmarks ran before it.
 """
 
 from __future__ import annotations
 
-import csv
-import hashlib
-import io
-import json
 import logging
 import re
 import time
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from lze_bench.errors import LzeBenchError
-from lze_bench.rundir import EVALS, atomic_write_json, atomic_write_text, list_checkpoints
+from lze_bench.evaluation.outputs import (append_to_run, finished, print_summary, read_summary, results_dir,
+                                          write_samples, write_summary)
+from lze_bench.evaluation.settings import eval_settings, settings_key
+from lze_bench.rundir import CONFIG, EVALS, list_checkpoints
 
 logger = logging.getLogger(__name__)
 
-SUMMARY = "summary.json"
-SUMMARY_CSV = "summary.csv"
+INITIAL = "initial"  # checkpoint name of a run's initial policy (step 0)
 
 
 @dataclass(frozen=True)
 class Target:
-    step: int | None  # training step of a run's checkpoint; None for model=PATH
-    checkpoint: str  # checkpoint directory name, or the model path / hub id
+    step: int | None  # training step of a run's checkpoint (0 = initial policy); None for model=PATH
+    checkpoint: str  # checkpoint directory name, "initial", or the model path / hub id
     path: str
-    out_dir: Path
+    out_dir: Path  # the checkpoint's output folder; results go to out_dir/<settings key>/
 
 
 def run_eval(cfg, show: bool = True) -> list[dict]:
     """Evaluate; returns one summary entry per (checkpoint, benchmark).
 
-    show=False (library callers) hides the progress bars and the final table.
+    show=False (library callers, sweep jobs) hides the progress bars and the final table.
     """
     from lze_bench.config import to_objects
-    from lze_bench.grading import Grader
 
     options = to_objects(cfg)
+    if options.sweep_dir:
+        raise LzeBenchError("sweep_dir=DIR is a job submission: run it with `lze-bench eval sweep_dir=DIR ...`")
     targets = find_targets(options)
     settings = eval_settings(options)
-    entries: list[dict] = []
-    with Grader(timeout_s=options.grading.timeout_s, workers=options.grading.workers) as grader, _progress(show) as progress:
-        for target in targets:
-            done = evaluate_target(target, options, settings, grader, progress)
-            entries += done
-            if options.run:
-                append_to_run(Path(options.run), target, done)
+    if options.run:
+        from lze_bench.ledger import read_evals
+
+        read_evals(options.run)  # an evals.parquet from an older lze-bench fails here, before any work
+    data = load_suite(options, settings)
+    if options.generation.data_parallel_size > 1 and len(targets) > 1:
+        from lze_bench.evaluation.replicas import run_replicas
+
+        entries = run_replicas(evaluate_targets, options, settings, data, targets)
+    else:
+        entries = evaluate_targets(targets, options, settings, data, show)
     if show:
-        print_summary(entries, targets)
+        print_summary(entries, [results_dir(t.out_dir, settings_key(settings)) for t in targets])
     return entries
 
 
 def find_targets(options) -> list[Target]:
     if options.run:
-        if options.model.path:
-            raise LzeBenchError("pass either model=PATH_OR_HF_ID or run=RUN_DIR, not both")
-        run = Path(options.run)
-        if not run.is_dir():
-            raise LzeBenchError(f"run={options.run!r} is not a directory")
-        found = list_checkpoints(run)
-        if not found:
-            raise LzeBenchError(f"run {options.run!r} has no complete checkpoint (checkpoints/step_*/COMPLETE)")
-        root = Path(options.out_dir) if options.out_dir else run / EVALS
-        return [Target(step, path.name, str(path), root / path.name) for step, path in found]
+        return run_targets(Path(options.run), options)
     if not options.model.path:
-        raise LzeBenchError("nothing to evaluate: pass model=PATH_OR_HF_ID (a checkpoint or hub id) or run=RUN_DIR")
+        raise LzeBenchError("nothing to evaluate: pass model=PATH_OR_HF_ID (a checkpoint or hub id), run=RUN_DIR "
+                            "or sweep_dir=SWEEP_DIR")
     path = options.model.path
     tag = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.strip("/"))[-80:] or "model"
     out = Path(options.out_dir) if options.out_dir else Path("runs") / "eval" / tag
     return [Target(None, path, path, out)]
 
 
-def eval_settings(options) -> dict:
-    """Everything that changes a benchmark's result (recorded, and hashed for resuming)."""
-    suite = asdict(options.eval)
-    suite.pop("benchmarks")
-    suite["limit"] = options.limit or options.eval.limit
-    return {
-        "suite": suite, "seed": options.seed, "generation_backend": options.generation.backend,
-        "dtype": options.generation.dtype, "grading_timeout_s": options.grading.timeout_s,
-    }
+def run_targets(run: Path, options) -> list[Target]:
+    """The run's initial policy (see the module docstring) and complete checkpoints, oldest first,
+    restricted to `options.checkpoints` when given."""
+    if not run.is_dir():
+        raise LzeBenchError(f"run={str(run)!r} is not a directory")
+    found = list_checkpoints(run)
+    if not found:
+        raise LzeBenchError(f"run {str(run)!r} has no complete checkpoint (checkpoints/step_*/COMPLETE)")
+    root = Path(options.out_dir) if options.out_dir else run / EVALS
+    targets = [Target(step, path.name, str(path), root / path.name) for step, path in found]
+    if options.initial and found[0][0] != 0:
+        policy = initial_policy(run)
+        if policy is None:
+            logger.warning("%s: its config.yaml names no initial policy (warmstart.dir or model.path); "
+                           "not evaluated, so reports have no accuracy before training for it", run)
+        else:
+            targets.insert(0, Target(0, INITIAL, policy, root / INITIAL))
+    if options.checkpoints is not None:
+        known = {t.checkpoint: t for t in targets}
+        unknown = [name for name in options.checkpoints if name not in known]
+        if unknown:
+            raise LzeBenchError(f"checkpoints: {', '.join(unknown)} not in run {str(run)!r} "
+                                f"(it has: {', '.join(known)})")
+        targets = [known[name] for name in options.checkpoints]
+    return targets
 
 
-def settings_hash(settings: dict) -> str:
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+def initial_policy(run: Path) -> str | None:
+    """The policy a run started from, from its config.yaml: the local backend's warm-start directory,
+    else `model.path` (a hub id or directory); None when neither is recorded."""
+    import yaml
+
+    path = run / CONFIG
+    if not path.exists():
+        return None
+    cfg = yaml.safe_load(path.read_text()) or {}
+    warm = cfg.get("warmstart")
+    if isinstance(warm, dict) and warm.get("dir"):
+        return str(warm["dir"])
+    model = cfg.get("model") or {}
+    return str(model["path"]) if isinstance(model, dict) and model.get("path") else None
 
 
-def evaluate_target(target: Target, options, settings: dict, grader, progress) -> list[dict]:
-    summary = read_summary(target.out_dir)
-    digest = settings_hash(settings)
-    todo = [
-        name for name in options.eval.benchmarks
-        if summary.get(name, {}).get("settings_hash") != digest or not (target.out_dir / f"{name}.jsonl").exists()
-    ]
+def load_suite(options, settings: dict) -> dict[str, list[dict]]:
+    """Benchmark name -> its checked rows (first `limit`), loaded before any model."""
+    from lze_bench.data import load_benchmark
+
+    return {name: load_benchmark(name, root=options.data.root, split=options.eval.split, limit=settings["limit"] or None)
+            for name in options.eval.benchmarks}
+
+
+def evaluate_targets(targets: list[Target], options, settings: dict, data: dict, show: bool) -> list[dict]:
+    from lze_bench.grading import Grader
+
+    entries: list[dict] = []
+    with Grader(timeout_s=options.grading.timeout_s, workers=options.grading.workers) as grader, _progress(show) as progress:
+        for target in targets:
+            done = evaluate_target(target, options, settings, data, grader, progress)
+            entries += done
+            if options.run:
+                append_to_run(Path(options.run), target.step, target.checkpoint, done)
+    return entries
+
+
+def evaluate_target(target: Target, options, settings: dict, data: dict, grader, progress) -> list[dict]:
+    key = settings_key(settings)
+    folder = results_dir(target.out_dir, key)
+    summary = read_summary(folder)
+    todo = [name for name in options.eval.benchmarks if not finished(folder, name, key, summary)]
     skipped = [name for name in options.eval.benchmarks if name not in todo]
     if skipped:
-        logger.info("%s: already evaluated with these settings: %s", target.checkpoint, ", ".join(skipped))
+        logger.info("%s: already evaluated with settings %s: %s", target.checkpoint, key, ", ".join(skipped))
     if todo:
         from lze_bench.evaluation.generation import load_generator
 
-        generator = load_generator(
-            target.path, backend=options.generation.backend, device=options.device, dtype=options.generation.dtype,
-            batch_size=options.generation.batch_size, use_chat_template=options.eval.use_chat_template,
-            seed=options.seed,
-        )
+        generator = load_generator(target.path, backend=options.generation.backend, device=options.device,
+                                   dtype=options.generation.dtype, batch_size=options.generation.batch_size,
+                                   use_chat_template=options.eval.use_chat_template, seed=settings["seed"],
+                                   engine=options.generation)
         try:
             for name in todo:
-                entry = evaluate_benchmark(name, target, generator, options, settings, grader, progress)
-                summary[name] = {**entry, "settings_hash": digest}
-                write_summary(target.out_dir, summary)
+                entry = evaluate_benchmark(name, data[name], target, folder, generator, options, settings, grader,
+                                           progress)
+                summary[name] = {**entry, "settings_key": key}
+                write_summary(folder, summary)
         finally:
-            generator.close()
+            generator.close()  # the engine (and its GPU memory) is gone before the next checkpoint loads
     return [summary[name] for name in options.eval.benchmarks]
 
 
-def evaluate_benchmark(name: str, target: Target, generator, options, settings: dict, grader, progress) -> dict:
-    from lze_bench.data import get_spec, load_benchmark
+def evaluate_benchmark(name: str, rows: list[dict], target: Target, folder: Path, generator, options, settings: dict,
+                       grader, progress) -> dict:
+    from lze_bench.data import get_spec
     from lze_bench.evaluation.generation import Sampling
     from lze_bench.evaluation.metrics import summarize
 
     suite = options.eval
     spec = get_spec(name)
-    rows = load_benchmark(name, root=options.data.root, split=suite.split, limit=settings["suite"]["limit"])
     messages = [spec.prompt(row["problem"], suite.prompt_template) for row in rows]
-    seed = options.seed * 1_000_003 + zlib.crc32(name.encode())  # per benchmark: resumable and independent
+    seed = settings["seed"] * 1_000_003 + zlib.crc32(name.encode())  # per benchmark: resumable and independent
     sampling = Sampling(suite.n_samples, suite.temperature, suite.top_p, suite.max_new_tokens, seed % 2**31)
     task = progress.add_task(f"{target.checkpoint[-40:]} {name}", total=len(rows))
     tokens_before, time_before = generator.generated_tokens, generator.generate_s
@@ -156,102 +208,21 @@ def evaluate_benchmark(name: str, target: Target, generator, options, settings: 
     grade_s = time.perf_counter() - started
     correct = np.array([g.correct for g in grades], dtype=bool).reshape(len(rows), suite.n_samples)
     answers = [[g.extracted for g in grades[i * suite.n_samples : (i + 1) * suite.n_samples]] for i in range(len(rows))]
-    write_samples(target.out_dir / f"{name}.jsonl", name, rows, results, grades)
+    write_samples(folder / f"{name}.jsonl", name, rows, results, grades)
     generated = generator.generated_tokens - tokens_before
     generate_s = generator.generate_s - time_before
     statuses = [g.status for g in grades]
     return {
         "benchmark": name, "checkpoint": target.checkpoint, "step": target.step, "model": target.path,
-        "suite": suite.name, **summarize(correct, answers, suite.ks, seed=options.seed),
+        "suite": suite.name, **summarize(correct, answers, suite.ks, seed=settings["seed"]),
         "generated_tokens": generated, "generate_s": generate_s,
         "tokens_per_s": generated / generate_s if generate_s > 0 else None, "grade_s": grade_s,
         "grade_timeouts": statuses.count("timeout"), "grade_errors": statuses.count("error"),
         "no_answer": statuses.count("no_answer"), "truncated_prompts": sum(r.truncated for r in results),
         "max_new_tokens_used": min((r.max_new_tokens for r in results), default=None),
         "generation_backend": generator.name, "device": options.device, "settings": settings,
+        "grading_timeout_s": options.grading.timeout_s, "dtype": options.generation.dtype,
     }
-
-
-def write_samples(path: Path, name: str, rows: list[dict], results, grades) -> None:
-    buffer = io.StringIO()
-    position = 0
-    for row, result in zip(rows, results):
-        for sample, completion in enumerate(result.completions):
-            grade = grades[position]
-            position += 1
-            record = {
-                "benchmark": name, "id": row["id"], "sample": sample, "prompt": result.prompt,
-                "response": completion.text, "gold": row["answer"], "extracted": grade.extracted,
-                "correct": grade.correct, "grade_status": grade.status, "prompt_tokens": result.prompt_tokens,
-                "response_tokens": completion.tokens, "finish": completion.finish, "prompt_truncated": result.truncated,
-            }
-            buffer.write(json.dumps(record, ensure_ascii=False) + "\n")
-    atomic_write_text(path, buffer.getvalue())
-
-
-def read_summary(out_dir: Path) -> dict:
-    path = out_dir / SUMMARY
-    if not path.exists():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        logger.warning("%s is not valid JSON; evaluating again", path)
-        return {}
-
-
-CSV_COLUMNS = ("benchmark", "checkpoint", "step", "num_problems", "samples_per_problem", "accuracy", "ci_low",
-               "ci_high", "ci_method", "generated_tokens", "tokens_per_s", "grade_timeouts", "grade_errors")
-
-
-def write_summary(out_dir: Path, summary: dict) -> None:
-    atomic_write_json(out_dir / SUMMARY, summary)
-    metric_keys = sorted({k for entry in summary.values() for k in entry if k.startswith(("pass@", "maj@"))})
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=[*CSV_COLUMNS, *metric_keys], extrasaction="ignore")
-    writer.writeheader()
-    for entry in summary.values():
-        writer.writerow(entry)
-    atomic_write_text(out_dir / SUMMARY_CSV, buffer.getvalue())
-
-
-def append_to_run(run: Path, target: Target, entries: list[dict]) -> None:
-    """One evals.parquet row per benchmark (EVAL_COLUMNS + suite, settings_hash, cum_flops)."""
-    from lze_bench.ledger import append_eval_rows, read_evals
-
-    cum_flops = _cum_flops_at(run, target.step)
-    rows = []
-    for entry in entries:
-        k = max(int(key.split("@")[1]) for key in entry if key.startswith("pass@"))
-        rows.append({
-            "step": target.step, "checkpoint": target.checkpoint, "benchmark": entry["benchmark"],
-            "num_problems": entry["num_problems"], "samples_per_problem": entry["samples_per_problem"],
-            "accuracy": entry["accuracy"], "ci_low": entry["ci_low"], "ci_high": entry["ci_high"],
-            "pass_at_k": entry[f"pass@{k}"], "maj_at_k": entry[f"maj@{k}"], "k": k,
-            "suite": entry["suite"], "settings_hash": entry["settings_hash"], "cum_flops": cum_flops,
-        })
-    from lze_bench.tracking import log_evals
-
-    old = read_evals(run)  # to the run's logger=[...]: only rows evals.parquet does not hold yet
-    log_evals(run, rows, recorded=zip(old["checkpoint"], old["benchmark"],
-                                      old.get("settings_hash", [None] * len(old))))
-    append_eval_rows(run, rows)
-
-
-def _cum_flops_at(run: Path, step: int | None) -> float:
-    """The run's cumulative FLOPs when checkpoint `step_K` was saved (K = `step` updates done).
-
-    Ledger steps count from 0 and checkpoint step_K holds the policy after K
-    updates, i.e. after ledger row K-1; K = 0 (the initial policy) costs 0.
-    NaN without a ledger.
-    """
-    from lze_bench.ledger import LEDGER_FILE, read_ledger
-
-    if step is None or not (run / LEDGER_FILE).exists():
-        return float("nan")
-    ledger = read_ledger(run)
-    done = ledger[ledger["step"] < step]
-    return float(done["cum_flops"].iloc[-1]) if len(done) else 0.0
 
 
 def _progress(show: bool):
@@ -259,21 +230,3 @@ def _progress(show: bool):
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     return Progress(*columns, disable=not show)
-
-
-def print_summary(entries: list[dict], targets: list[Target]) -> None:
-    """CLI-facing: one table row per (checkpoint, benchmark), then where the files are."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="lze-bench eval")
-    for column in ("checkpoint", "benchmark", "problems", "n", "accuracy", "95% CI", "tokens/s"):
-        table.add_column(column, justify="right")
-    for e in entries:
-        speed = f"{e['tokens_per_s']:.1f}" if e.get("tokens_per_s") else "-"
-        table.add_row(str(e["checkpoint"])[-40:], e["benchmark"], str(e["num_problems"]), str(e["samples_per_problem"]),
-                      f"{e['accuracy']:.4f}", f"[{e['ci_low']:.3f}, {e['ci_high']:.3f}]", speed)
-    console = Console(width=max(120, Console().width))
-    console.print(table)
-    for target in targets:
-        console.print(f"outputs: {target.out_dir}")

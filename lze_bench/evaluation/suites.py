@@ -3,7 +3,9 @@
 A suite (evals/<name>.yaml, validated by SuiteConfig) names benchmarks and the
 sampling settings they are run with; every setting is recorded in the outputs
 ("Generation"). The command config (EvalConfig) adds what to evaluate
-(`model=PATH_OR_HF_ID`, or `run=RUN_DIR` for every checkpoint of a run) and how.
+(`model=PATH_OR_HF_ID`; `run=RUN_DIR` for every checkpoint of a run;
+`sweep_dir=SWEEP_DIR` for every checkpoint of every run of a sweep, submitted as
+jobs with `launcher=`, lze_bench/sweep/evals.py) and how.
 
 Choices where the sources are silent:
 - `eval.temperature=0` means greedy; greedy with n_samples > 1 is refused
@@ -23,8 +25,10 @@ from typing import Any, List, Optional
 from omegaconf import MISSING
 
 from lze_bench.config.schema import DataConfig, ModelConfig, check_device, require
+from lze_bench.launchers import LauncherConfig
 
 GENERATION_BACKENDS = ("hf", "vllm")
+JOB_UNITS = ("run", "checkpoint")
 
 
 @dataclass
@@ -68,15 +72,40 @@ class SuiteConfig:
 
 @dataclass
 class GenerationConfig:
+    """How responses are generated; none of it is part of a result's settings key (settings.py)."""
+
     backend: str = "hf"  # hf (transformers) | vllm
     batch_size: int = 8  # prompts per generate call (hf); each yields n_samples responses
     dtype: str = "auto"  # auto: float32 on CPU, bfloat16 on CUDA; or float32 | bfloat16 | float16
+    # vLLM engine (generation.backend=vllm). A 1.5B model fits one 80 GB GPU at the defaults; an 8B one at
+    # max_model_len 4096 too; tensor parallelism splits a larger model (vLLM's LLM(tensor_parallel_size)).
+    tensor_parallel_size: int = 1  # GPUs per model replica (vllm only)
+    max_model_len: Optional[int] = None  # context window vLLM reserves KV cache for; null = the model's own
+    gpu_memory_utilization: float = 0.9  # share of each GPU vLLM may take (vLLM's default)
+    enforce_eager: bool = False  # true: no CUDA graphs (slower decoding, faster start, less memory)
+    # Model replicas evaluating different checkpoints at once, each in its own process on its own
+    # tensor_parallel_size GPUs (so a job uses tensor_parallel_size x data_parallel_size GPUs). vLLM's
+    # own LLM(data_parallel_size>1) is refused for offline use (vLLM #27282), hence replicas per checkpoint.
+    data_parallel_size: int = 1
 
     def __post_init__(self):
         require(self.backend in GENERATION_BACKENDS, "generation.backend", f"use one of {', '.join(GENERATION_BACKENDS)}")
         require(self.batch_size >= 1, "generation.batch_size", f"must be >= 1, got {self.batch_size}")
         require(self.dtype in ("auto", "float32", "bfloat16", "float16"), "generation.dtype",
                 "use auto, float32, bfloat16 or float16")
+        for key in ("tensor_parallel_size", "data_parallel_size"):
+            value = getattr(self, key)
+            require(value >= 1, f"generation.{key}", f"must be >= 1, got {value}")
+        require(self.tensor_parallel_size == 1 or self.backend == "vllm", "generation.tensor_parallel_size",
+                f"{self.tensor_parallel_size} needs generation.backend=vllm (hf runs one device per replica)")
+        if self.max_model_len is not None:
+            require(self.max_model_len >= 16, "generation.max_model_len", f"must be >= 16 or null, got {self.max_model_len}")
+        require(0 < self.gpu_memory_utilization <= 1, "generation.gpu_memory_utilization",
+                f"must be in (0, 1], got {self.gpu_memory_utilization}")
+
+    @property
+    def gpus_per_job(self) -> int:
+        return self.tensor_parallel_size * self.data_parallel_size
 
 
 @dataclass
@@ -91,12 +120,21 @@ class GradingConfig:
 
 @dataclass
 class EvalConfig:
-    """`lze-bench eval model=PATH_OR_HF_ID eval=SUITE` or `lze-bench eval run=RUN_DIR`."""
+    """`lze-bench eval model=PATH_OR_HF_ID eval=SUITE`, `eval run=RUN_DIR` or `eval sweep_dir=SWEEP_DIR`."""
 
-    defaults: List[Any] = field(default_factory=lambda: ["_self_", {"model": "tiny"}, {"eval": "math_suite"}])
+    defaults: List[Any] = field(default_factory=lambda: ["_self_", {"model": "tiny"}, {"eval": "math_suite"},
+                                                         {"launcher": "local"}])
     model: ModelConfig = MISSING
     eval: SuiteConfig = MISSING
     run: Optional[str] = None  # a run directory: evaluate each complete checkpoint, append to its ledger
+    checkpoints: Optional[List[str]] = None  # with run=: only these (checkpoint dir names, or "initial"); null = all
+    initial: bool = True  # with run=: also the run's initial policy (step 0), unless it has a step_000000 checkpoint
+    # sweep_dir=DIR: every checkpoint of every finished run of a sweep (or folder of run dirs), as submitit jobs
+    sweep_dir: Optional[str] = None
+    launcher: LauncherConfig = MISSING  # where eval jobs run (launcher=local|slurm), as for `lze-bench sweep`
+    job_per: str = "run"  # run: one job per run (its checkpoints in turn) | checkpoint: one job per checkpoint
+    wait: bool = True  # block until every eval job has ended; false: submit (Slurm) and return
+    poll_s: float = 5.0  # seconds between status checks while waiting
     device: str = "cpu"  # cpu | cuda | cuda:N | auto
     seed: int = 0
     data: DataConfig = field(default_factory=DataConfig)
@@ -109,6 +147,13 @@ class EvalConfig:
         check_device(self.device)
         if self.limit is not None:
             require(self.limit >= 1, "limit", f"must be >= 1 or null, got {self.limit}")
+        require(self.job_per in JOB_UNITS, "job_per", f"use one of {', '.join(JOB_UNITS)}, got {self.job_per!r}")
+        require(self.poll_s > 0, "poll_s", f"must be > 0, got {self.poll_s}")
+        targets = [key for key in ("model.path", "run", "sweep_dir")
+                   if (self.model.path if key == "model.path" else getattr(self, key))]
+        require(len(targets) <= 1, targets[-1] if targets else "run",
+                "pass one of model=PATH_OR_HF_ID, run=RUN_DIR or sweep_dir=SWEEP_DIR")
+        require(self.checkpoints is None or bool(self.run), "checkpoints", "names checkpoints of run=RUN_DIR; pass run=")
 
 
 def _register() -> None:

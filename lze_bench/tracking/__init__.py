@@ -104,7 +104,7 @@ def log_evals(run_dir: str | os.PathLike, rows: list[dict], recorded: list[tuple
     """Send eval rows (EVAL_COLUMNS + cum_flops) not yet in `evals.parquet` to the run's trackers.
 
     Called by the eval runner before it appends the rows, with `recorded` the
-    (checkpoint, benchmark, settings_hash) keys `evals.parquet` already holds (a
+    (checkpoint, benchmark, settings_key) keys `evals.parquet` already holds (a
     rerun of `lze-bench eval` that skips finished benchmarks sends nothing twice).
     The eval files are the record and are written whether or not this works, so
     any failure of a tracker (not installed where evals run, no key, no network)
@@ -116,7 +116,7 @@ def log_evals(run_dir: str | os.PathLike, rows: list[dict], recorded: list[tuple
     if not container.get("logger"):
         return
     seen = set(recorded)
-    fresh = [r for r in rows if (r["checkpoint"], r["benchmark"], r.get("settings_hash")) not in seen]
+    fresh = [r for r in rows if (r["checkpoint"], r["benchmark"], r.get("settings_key")) not in seen]
     if not fresh:
         return
     try:

@@ -1,0 +1,152 @@
+"""Where an evaluation's results go, and how "already evaluated" is decided ("The run directory").
+
+Per checkpoint and settings key (settings.py), one folder:
+
+    <checkpoint out>/<settings_key>/<benchmark>.jsonl   one row per sample (prompt, response, verdict, tokens)
+    <checkpoint out>/<settings_key>/summary.json        benchmark -> metrics, settings, suite, token and time counts
+    <checkpoint out>/<settings_key>/summary.csv         the same, one row per benchmark
+
+`<checkpoint out>` is `<run>/evals/<checkpoint>/` for a run (`evals/initial/`
+for its initial policy), else `out_dir` or `runs/eval/<model>/`. So results
+with other settings sit beside each other and never overwrite one another. A
+run also gets one `evals.parquet` row per (checkpoint, benchmark, settings key)
+(ledger.append_eval_rows), with the run's `cum_flops` when the checkpoint was
+saved.
+
+A (checkpoint, benchmark, settings) result is *finished* when its summary
+entry carries the settings key and its JSONL exists: `lze-bench eval` skips it
+and `sweep status` counts it done (the same function decides both).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+from pathlib import Path
+
+from lze_bench.rundir import atomic_write_json, atomic_write_text
+
+logger = logging.getLogger(__name__)
+
+SUMMARY = "summary.json"
+SUMMARY_CSV = "summary.csv"
+CSV_COLUMNS = ("benchmark", "checkpoint", "step", "suite", "settings_key", "num_problems", "samples_per_problem",
+               "accuracy", "ci_low", "ci_high", "ci_method", "generated_tokens", "tokens_per_s", "grade_timeouts",
+               "grade_errors")
+
+
+def results_dir(checkpoint_out: Path, key: str) -> Path:
+    return Path(checkpoint_out) / key
+
+
+def read_summary(folder: Path) -> dict:
+    path = Path(folder) / SUMMARY
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        logger.warning("%s is not valid JSON; evaluating again", path)
+        return {}
+
+
+def finished(folder: Path, benchmark: str, key: str, summary: dict | None = None) -> bool:
+    """Is `benchmark` evaluated with settings `key` in `folder` (summary entry + samples file)?"""
+    summary = read_summary(folder) if summary is None else summary
+    return summary.get(benchmark, {}).get("settings_key") == key and (Path(folder) / f"{benchmark}.jsonl").exists()
+
+
+def write_samples(path: Path, name: str, rows: list[dict], results, grades) -> None:
+    buffer = io.StringIO()
+    position = 0
+    for row, result in zip(rows, results):
+        for sample, completion in enumerate(result.completions):
+            grade = grades[position]
+            position += 1
+            record = {
+                "benchmark": name, "id": row["id"], "sample": sample, "prompt": result.prompt,
+                "response": completion.text, "gold": row["answer"], "extracted": grade.extracted,
+                "correct": grade.correct, "grade_status": grade.status, "prompt_tokens": result.prompt_tokens,
+                "response_tokens": completion.tokens, "finish": completion.finish, "prompt_truncated": result.truncated,
+            }
+            buffer.write(json.dumps(record, ensure_ascii=False) + "\n")
+    atomic_write_text(path, buffer.getvalue())
+
+
+def write_summary(folder: Path, summary: dict) -> None:
+    atomic_write_json(Path(folder) / SUMMARY, summary)
+    metric_keys = sorted({k for entry in summary.values() for k in entry if k.startswith(("pass@", "maj@"))})
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=[*CSV_COLUMNS, *metric_keys], extrasaction="ignore")
+    writer.writeheader()
+    for entry in summary.values():
+        writer.writerow(entry)
+    atomic_write_text(Path(folder) / SUMMARY_CSV, buffer.getvalue())
+
+
+def append_to_run(run: Path, step: int | None, checkpoint: str, entries: list[dict]) -> None:
+    """One evals.parquet row per benchmark entry (ledger.EVAL_COLUMNS); rows the file does not hold yet
+    also go to the run's trackers (`logger=[...]`, lze_bench.tracking)."""
+    from lze_bench.ledger import append_eval_rows, read_evals
+    from lze_bench.tracking import log_evals
+
+    cum_flops = cum_flops_at(run, step)
+    rows = []
+    for entry in entries:
+        settings = entry["settings"]
+        k = max(int(key.split("@")[1]) for key in entry if key.startswith("pass@"))
+        rows.append({
+            "step": step, "checkpoint": checkpoint, "benchmark": entry["benchmark"],
+            "num_problems": entry["num_problems"], "samples_per_problem": entry["samples_per_problem"],
+            "accuracy": entry["accuracy"], "ci_low": entry["ci_low"], "ci_high": entry["ci_high"],
+            "pass_at_k": entry[f"pass@{k}"], "maj_at_k": entry[f"maj@{k}"], "k": k,
+            "suite": entry["suite"], "settings_key": entry["settings_key"],
+            **{name: settings[name] for name in ("split", "temperature", "top_p", "max_new_tokens", "limit", "seed",
+                                                 "prompt_template", "chat_template", "grading")},
+            "generation_backend": entry["generation_backend"], "cum_flops": cum_flops,
+        })
+    old = read_evals(run)
+    log_evals(run, rows, recorded=zip(old["checkpoint"], old["benchmark"], old["settings_key"]))
+    append_eval_rows(run, rows)
+
+
+def cum_flops_at(run: Path, step: int | None) -> float:
+    """The run's cumulative FLOPs when checkpoint `step_K` was saved (K = `step` updates done).
+
+    Ledger steps count from 0 and checkpoint step_K holds the policy after K
+    updates, i.e. after ledger row K-1; K = 0 (the initial policy) costs 0.
+    NaN without a ledger.
+    """
+    from lze_bench.ledger import LEDGER_FILE, read_ledger
+
+    if step is None or not (run / LEDGER_FILE).exists():
+        return float("nan")
+    ledger = read_ledger(run)
+    done = ledger[ledger["step"] < step]
+    return float(done["cum_flops"].iloc[-1]) if len(done) else 0.0
+
+
+def print_summary(entries: list[dict], folders: list[Path]) -> None:
+    """CLI-facing: one table row per (checkpoint, benchmark), then where the files are."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="lze-bench eval")
+    for column in ("checkpoint", "benchmark", "problems", "n", "accuracy", "95% CI", "tokens/s"):
+        table.add_column(column, justify="right")
+    for e in entries:
+        speed = f"{e['tokens_per_s']:.1f}" if e.get("tokens_per_s") else "-"
+        table.add_row(str(e["checkpoint"])[-40:], e["benchmark"], str(e["num_problems"]), str(e["samples_per_problem"]),
+                      f"{e['accuracy']:.4f}", f"[{e['ci_low']:.3f}, {e['ci_high']:.3f}]", speed)
+    console = Console(width=max(120, Console().width))
+    console.print(table)
+    if entries:
+        from lze_bench.evaluation.settings import describe
+
+        first = entries[0]
+        console.print(f"suite {first['suite']} (settings {first['settings_key']}: {describe(first['settings'])})",
+                      highlight=False)
+    for folder in folders:
+        console.print(f"outputs: {folder}", highlight=False)
