@@ -96,18 +96,24 @@ def train(
 @friendly_errors
 def eval_(
     ctx: typer.Context,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config; run nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config (sweep_dir=: the jobs); run nothing."),
 ):
-    """Evaluate a checkpoint (model=PATH_OR_HF_ID) or every checkpoint of a run (run=RUN_DIR).
+    """Evaluate a checkpoint (model=PATH_OR_HF_ID), every checkpoint of a run (run=RUN_DIR), or of every
+    run of a sweep as jobs (sweep_dir=SWEEP_DIR launcher=local|slurm; `lze-bench sweep status SWEEP_DIR` shows them).
 
     Example: lze-bench eval model=runs/x/checkpoints/step_000060 eval=math_suite
     """
-    from lze_bench.evaluation import runner as evaluation
-
     cfg = _compose("eval", ctx.args)
+    if cfg.sweep_dir:
+        from lze_bench.sweep import evals as eval_sweep
+
+        eval_sweep.main(cfg, list(ctx.args), dry_run=dry_run)
+        return
     if dry_run:
         _print_config(cfg)
         return
+    from lze_bench.evaluation import runner as evaluation
+
     evaluation.run_eval(cfg)
 
 
@@ -207,12 +213,18 @@ def report(
     target_fraction: Optional[float] = typer.Option(
         None, "--target-fraction", help="Table 2's target: this share of uniform's gain over the initial policy "
         "(default: lze_bench.report.paired.ReportOptions)."),
+    eval_suite: Optional[list[str]] = typer.Option(
+        None, "--eval-suite", help="Use the eval results of this suite name or settings key (repeatable); needed "
+        "when a benchmark has results under several settings."),
 ):
     """Tables and plots from ledgers and eval summaries (reads files only)."""
     from lze_bench import report as report_module
     from lze_bench.report.paired import ReportOptions
 
-    options = ReportOptions() if target_fraction is None else ReportOptions(target_fraction=target_fraction)
+    chosen = {"eval_suites": tuple(eval_suite or ())}
+    if target_fraction is not None:
+        chosen["target_fraction"] = target_fraction
+    options = ReportOptions(**chosen)
     report_module.main(sweep_dir, name=name, out_root=out_root, options=options)
 
 

@@ -52,6 +52,18 @@ class PlannedJob:
     def train_overrides(self) -> list[str]:
         return [*self.overrides, f"run_dir={self.run_dir}"]
 
+    def manifest_fields(self, sweep_dir: Path) -> dict:
+        """This job's entry in the sweep manifest (manifest.merge_plan)."""
+        return {"overrides": self.overrides, "axes": self.axes, "run_dir": str(Path(self.run_dir).relative_to(sweep_dir)),
+                "config_hash": self.config_hash, "pair_key": self.pair_key, "selector": self.selector,
+                "seed": self.seed, "steps": self.steps, "flop_budget": self.flop_budget}
+
+    def call(self):
+        """The picklable callable submitit runs (job.TrainJob)."""
+        from lze_bench.sweep.job import TrainJob
+
+        return TrainJob(self.overrides, str(self.run_dir), self.config_hash)
+
 
 @dataclass
 class SweepPlan:

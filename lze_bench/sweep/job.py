@@ -1,4 +1,4 @@
-"""The function a sweep submits: one `train` run, requeued on preemption or timeout.
+"""The functions a sweep submits: one `train` run (TrainJob) or one run's evals (EvalJob), requeued on preemption or timeout.
 
 submitit pickles a `TrainJob`, runs it on the node (or as a local process) and,
 on preemption or time-out, calls `checkpoint()`; the DelayedSubmission it
@@ -78,3 +78,45 @@ class TrainJob(Checkpointable):
         """Requeue the same call; the backend resumes from its last complete checkpoint."""
         log.info("requeueing %s (it resumes from its last checkpoint)", self.run_dir)
         return DelayedSubmission(TrainJob(self.overrides, self.run_dir, self.config_hash))
+
+
+class EvalJob(Checkpointable):
+    """`lze-bench eval <overrides> run=<run_dir> checkpoints=[...]`, as a picklable callable.
+
+    Requeued on preemption or time-out like TrainJob: finished (checkpoint,
+    benchmark) results are skipped when it starts again. It refuses to run when
+    the settings key of the config it composes differs from the planned one (a
+    suite file or lze-bench changed since submission), since its results would
+    land under another key than the sweep waits for.
+    """
+
+    def __init__(self, overrides: list[str], run_dir: str, checkpoints: list[str], settings_key: str):
+        self.overrides = list(overrides)
+        self.run_dir = str(run_dir)
+        self.checkpoints = list(checkpoints)
+        self.settings_key = settings_key
+
+    def __call__(self) -> dict:
+        from lze_bench.config import compose, to_objects
+        from lze_bench.errors import LzeBenchError
+        from lze_bench.evaluation.runner import run_eval
+        from lze_bench.evaluation.settings import eval_settings, settings_key
+
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        chosen = "[" + ",".join(self.checkpoints) + "]"
+        cfg = compose("eval", [*self.overrides, f"run={self.run_dir}", f"checkpoints={chosen}"])
+        now = settings_key(eval_settings(to_objects(cfg)))
+        if now != self.settings_key:
+            raise LzeBenchError(
+                f"{self.run_dir}: the eval settings composed now (key {now}) differ from the planned ones "
+                f"({self.settings_key}); a suite file or lze-bench changed since submission. Run `lze-bench eval "
+                "sweep_dir=...` again to plan the new settings"
+            )
+        log.info("job %s: eval %s %s (settings %s)", _job_id(), self.run_dir, chosen, now)
+        entries = run_eval(cfg, show=False)
+        return {"run_dir": self.run_dir, "checkpoints": self.checkpoints, "results": len(entries)}
+
+    def checkpoint(self, *args, **kwargs) -> DelayedSubmission:
+        """Requeue the same call; finished results are skipped when it starts again."""
+        log.info("requeueing the evals of %s", self.run_dir)
+        return DelayedSubmission(EvalJob(self.overrides, self.run_dir, self.checkpoints, self.settings_key))

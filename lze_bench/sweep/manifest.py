@@ -9,10 +9,12 @@ A job's status is *derived from files and the scheduler*, never trusted from
 the manifest alone, so a crashed submitter or a job killed by the cluster is
 seen as it is:
 
-1. `done`       the run dir has DONE (the backend writes it last);
+1. `done`       its results exist: a training job's run dir has DONE (the backend
+                writes it last); an eval job's (`kind: eval`, lze_bench/sweep/evals.py)
+                checkpoints each have every benchmark's result with its settings key;
 2. `failed`     submitit's result pickle holds an error (the traceback's last line is
                 kept), or the job left the scheduler without a result (killed,
-                cancelled, out of memory, node failure), or it returned without DONE;
+                cancelled, out of memory, node failure), or it returned without them;
 3. `queued` / `running`   the scheduler still has it (squeue for Slurm; the
                 controller process for the local executor);
 4. `unknown`    the scheduler could not be asked (squeue failed);
@@ -68,46 +70,53 @@ def save_manifest(sweep_dir: str | os.PathLike, data: dict) -> None:
 def new_manifest(plan, command_line: list[str]) -> dict:
     return {
         "version": VERSION,
+        "kind": getattr(plan, "kind", "train"),
         "name": plan.name,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "command": ["lze-bench", "sweep", *command_line],
+        "command": ["lze-bench", getattr(plan, "command", "sweep"), *command_line],
         "launcher": plan.launcher,
+        **getattr(plan, "manifest_extra", {}),
         "pairs": {},
         "jobs": {},
     }
 
 
 def merge_plan(data: dict, plan) -> dict:
-    """Add the plan's jobs to a manifest; a job whose config changed under the same name is an error."""
+    """Add the plan's jobs to a manifest; a job whose config changed under the same name is an error
+    (jobs whose `config_hash` is None, eval jobs, are not checked: their settings key names their folder)."""
     for job in plan.jobs:
         old = data["jobs"].get(job.name)
-        if old is not None and old["config_hash"] != job.config_hash:
+        if old is not None and job.config_hash is not None and old.get("config_hash") != job.config_hash:
             raise LzeBenchError(
                 f"job {job.name!r} in {plan.sweep_dir} was run with another config (hash {old['config_hash']}, "
                 f"now {job.config_hash}); pass a new sweep_dir=PATH, or delete {old['run_dir']} and its manifest entry"
             )
         entry = old or {"status": "new", "job_id": None, "attempts": 0, "error": None}
-        entry.update(
-            overrides=job.overrides,
-            axes=job.axes,
-            run_dir=str(Path(job.run_dir).relative_to(plan.sweep_dir)),
-            config_hash=job.config_hash,
-            pair_key=job.pair_key,
-            selector=job.selector,
-            seed=job.seed,
-            steps=job.steps,
-            flop_budget=job.flop_budget,
-        )
+        entry.update(job.manifest_fields(plan.sweep_dir))
         data["jobs"][job.name] = entry
     data["launcher"] = plan.launcher
     data["pairs"] = {}
     for name, entry in data["jobs"].items():
-        data["pairs"].setdefault(entry["pair_key"], []).append(name)
+        if entry.get("pair_key"):
+            data["pairs"].setdefault(entry["pair_key"], []).append(name)
     return data
 
 
 def run_dir_of(sweep_dir: str | os.PathLike, entry: dict) -> Path:
     return Path(sweep_dir) / entry["run_dir"]
+
+
+def runs_of(root: str | os.PathLike) -> list[tuple[Path, dict]]:
+    """(run dir, grid values) of every run under a sweep dir (its manifest's jobs) or, without a
+    manifest, of every run directory (ledger.parquet) one or two levels under a plain folder."""
+    from lze_bench.ledger import LEDGER_FILE
+
+    root = Path(root)
+    manifest = load_manifest(root)
+    if manifest is not None:
+        return [(run_dir_of(root, e), dict(e.get("axes", {}))) for _, e in sorted(manifest["jobs"].items())]
+    found = sorted({p.parent for pattern in ("*/" + LEDGER_FILE, "*/*/" + LEDGER_FILE) for p in root.glob(pattern)})
+    return [(path, {}) for path in found]
 
 
 def result_pickle(sweep_dir: str | os.PathLike, job_id: str) -> Path:
@@ -136,7 +145,7 @@ def last_line(text: str) -> str:
 def derive_status(sweep_dir: str | os.PathLike, entry: dict, live: dict[str, str] | None) -> tuple[str, str | None]:
     """(status, error line) of one job; `live` maps job id -> scheduler state (queued/running),
     None when the scheduler could not be asked (status `unknown` until it answers)."""
-    if is_done(run_dir_of(sweep_dir, entry)):
+    if entry_done(sweep_dir, entry):
         return "done", None
     job_id = entry.get("job_id")
     if not job_id:
@@ -146,12 +155,33 @@ def derive_status(sweep_dir: str | os.PathLike, entry: dict, live: dict[str, str
         outcome, value = result
         if outcome == "error":
             return "failed", last_line(value)
-        return "failed", "the job returned but its run dir has no DONE marker"
+        missing = "some results are missing" if entry.get("kind") == "eval" else "its run dir has no DONE marker"
+        return "failed", f"the job returned but {missing}"
     if live is None:
         return "unknown", "the scheduler did not answer (squeue)"
     if job_id in live:
         return live[job_id], None
     return "failed", "the job left the scheduler without a result (killed, cancelled, timed out or lost)"
+
+
+def checkpoints_finished(eval_dir: str | os.PathLike, entry: dict) -> int:
+    """How many of an eval job's checkpoints have every benchmark's result under its settings key."""
+    from lze_bench.evaluation.outputs import finished, read_summary, results_dir
+    from lze_bench.rundir import EVALS
+
+    run_dir, key = run_dir_of(eval_dir, entry), entry["settings_key"]
+    count = 0
+    for checkpoint in entry["checkpoints"]:
+        folder = results_dir(run_dir / EVALS / checkpoint, key)
+        summary = read_summary(folder)
+        count += all(finished(folder, name, key, summary) for name in entry["benchmarks"])
+    return count
+
+
+def entry_done(sweep_dir: str | os.PathLike, entry: dict) -> bool:
+    if entry.get("kind") == "eval":
+        return checkpoints_finished(sweep_dir, entry) == len(entry["checkpoints"])
+    return is_done(run_dir_of(sweep_dir, entry))
 
 
 def ledger_position(sweep_dir: str | os.PathLike, entry: dict) -> tuple[int, float]:

@@ -1,4 +1,4 @@
-"""Tables of a sweep's jobs: `sweep status DIR [--watch]`, the live view while waiting, `--dry-run`.
+"""Tables of a sweep's jobs (and of its eval sweeps): `sweep status DIR [--watch]`, the live view while waiting, `--dry-run`.
 
 CLI-facing output (rich). On a terminal the table refreshes in place; when
 stdout is not a terminal (CI, logs) each status change is one printed line,
@@ -19,7 +19,8 @@ from rich.text import Text
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import display_order
 from lze_bench.rundir import read_progress
-from lze_bench.sweep.manifest import FINAL, derive_status, done_fraction, ledger_position, require_manifest, run_dir_of
+from lze_bench.sweep.manifest import (FINAL, checkpoints_finished, derive_status, done_fraction, ledger_position,
+                                      require_manifest, run_dir_of)
 
 STYLE = {"done": "green", "failed": "red", "running": "cyan", "queued": "yellow", "new": "dim", "unknown": "magenta"}
 
@@ -32,6 +33,8 @@ def jobs_table(sweep_dir: Path, data: dict, title: str | None = None) -> Group:
     run's FLOP budget. The caption counts the work the runs were asked to do: the share of each
     run's FLOP budget when one is set (a step cap that binds first, or a finished run, counts
     as all of it), else of its step cap."""
+    if data.get("kind") == "eval":
+        return eval_jobs_table(sweep_dir, data, title)
     table = Table(title=title or f"sweep {data.get('name', '')}: {sweep_dir}")
     for column in ("job", "selector", "seed", "status", "steps", "FLOPs", "job id", "tries", "pair"):
         table.add_column(column, overflow="fold")
@@ -52,12 +55,33 @@ def jobs_table(sweep_dir: Path, data: dict, title: str | None = None) -> Group:
     counts = Counter(e.get("status", "new") for e in data["jobs"].values())
     table.caption = (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; {work_summary(work)}; "
                      "same Pk = paired")
-    errors = [
-        Text(f"{name}: {entry['error']}", style="red")
-        for name, entry in data["jobs"].items()
-        if entry.get("status") in ("failed", "unknown") and entry.get("error")
-    ]
-    return Group(table, *errors)
+    return Group(table, *failure_lines(data))
+
+
+def eval_jobs_table(sweep_dir: Path, data: dict, title: str | None = None) -> Group:
+    """An eval sweep's jobs (`kind: eval`, lze_bench/sweep/evals.py): checkpoints with every benchmark's
+    result under the settings key, against the job's checkpoints; the caption names the suite and settings."""
+    table = Table(title=title or f"evals {data.get('name', '')}: {sweep_dir}")
+    for column in ("job", "selector", "seed", "status", "checkpoints", "job id", "tries"):
+        table.add_column(column, overflow="fold")
+    made_total = planned_total = 0
+    for name, entry in sorted_jobs(data):
+        status = entry.get("status", "new")
+        made, planned = checkpoints_finished(sweep_dir, entry), len(entry["checkpoints"])
+        made_total, planned_total = made_total + made, planned_total + planned
+        table.add_row(name, entry.get("selector", ""), str(entry.get("seed", "")),
+                      f"[{STYLE.get(status, '')}]{status}[/]", f"{made}/{planned}", str(entry.get("job_id") or "-"),
+                      str(entry.get("attempts", 0)))
+    counts = Counter(e.get("status", "new") for e in data["jobs"].values())
+    share = f"{100 * made_total / planned_total:.0f}%" if planned_total else "-"
+    table.caption = (", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+                     + f"; checkpoints {made_total}/{planned_total} ({share}); {data.get('settings', '')}")
+    return Group(table, *failure_lines(data))
+
+
+def failure_lines(data: dict) -> list[Text]:
+    return [Text(f"{name}: {entry['error']}", style="red") for name, entry in data["jobs"].items()
+            if entry.get("status") in ("failed", "unknown") and entry.get("error")]
 
 
 def steps_cell(sweep_dir: Path, entry: dict, status: str, made: int) -> str:
@@ -169,18 +193,41 @@ def current(sweep_dir: Path) -> dict:
     return data
 
 
+def manifest_dirs(sweep_dir: Path) -> list[Path]:
+    """The folders with a manifest to show for DIR: DIR itself (a training sweep, or one eval
+    sweep's folder) and each eval sweep of it (`DIR/evals/*/manifest.json`)."""
+    from lze_bench.sweep.manifest import MANIFEST
+
+    found = [sweep_dir] if (sweep_dir / MANIFEST).exists() else []
+    found += sorted(path.parent for path in sweep_dir.glob(f"evals/*/{MANIFEST}"))
+    if not found:
+        require_manifest(sweep_dir)  # the usual one-line error
+    return found
+
+
+def status_group(sweep_dir: Path) -> tuple[Group, bool]:
+    """Every table for DIR, and whether every job in them has ended."""
+    tables, ended = [], True
+    for folder in manifest_dirs(sweep_dir):
+        data = current(folder)
+        tables.append(jobs_table(folder, data))
+        ended = ended and all(e["status"] in FINAL for e in data["jobs"].values())
+    return Group(*tables), ended
+
+
 def show_status(sweep_dir: Path, watch: bool = False, every_s: float = 5.0) -> None:
-    """`sweep status DIR [--watch] [--every SECONDS]`: the jobs table, refreshed until all end with `watch`."""
+    """`sweep status DIR [--watch] [--every SECONDS]`: the training jobs, then each eval sweep's jobs,
+    refreshed until all end with `watch`."""
     sweep_dir = Path(sweep_dir)
     console = Console()
     if not watch:
-        console.print(jobs_table(sweep_dir, current(sweep_dir)))
+        console.print(status_group(sweep_dir)[0])
         return
-    with Live(jobs_table(sweep_dir, current(sweep_dir)), console=console, refresh_per_second=1) as live:
+    with Live(status_group(sweep_dir)[0], console=console, refresh_per_second=1) as live:
         while True:
-            data = current(sweep_dir)
-            live.update(jobs_table(sweep_dir, data))
-            if all(e["status"] in FINAL for e in data["jobs"].values()):
+            group, ended = status_group(sweep_dir)
+            live.update(group)
+            if ended:
                 break
             time.sleep(every_s)
 
@@ -213,6 +260,37 @@ def print_plan(plan, sweep_dir: Path, sbatch_script: str | None = None) -> None:
     launcher = plan.launcher
     console.print(f"launcher: {launcher.get('name')} (array_parallelism={launcher.get('array_parallelism')}, "
                   f"cpus_per_task={launcher.get('cpus_per_task')}, timeout_min={launcher.get('timeout_min')})", highlight=False)
+    if sbatch_script is not None:
+        console.print("sbatch script submitit would submit:", highlight=False)
+        console.print(sbatch_script, markup=False, highlight=False, soft_wrap=True)
+
+
+def print_eval_plan(plan, sbatch_script: str | None = None) -> None:
+    """`eval sweep_dir=DIR --dry-run`: the eval jobs, what is already finished, the data, the launcher and
+    (Slurm) the sbatch script; nothing is written."""
+    from lze_bench.evaluation.settings import describe
+    from lze_bench.sweep.manifest import checkpoints_finished
+
+    console = Console(width=max(120, Console().width))
+    table = Table(title=f"evals {plan.name}: {len(plan.jobs)} jobs -> {plan.sweep_dir} (dry run: nothing submitted)")
+    for column in ("job", "selector", "seed", "checkpoints", "now"):
+        table.add_column(column, overflow="fold")
+    todo = 0
+    for job in plan.jobs:
+        made = checkpoints_finished(plan.sweep_dir, job.manifest_fields(plan.sweep_dir))
+        todo += made < len(job.checkpoints)
+        now = "done (skip)" if made == len(job.checkpoints) else f"{made}/{len(job.checkpoints)} finished"
+        table.add_row(job.name, job.selector, str(job.seed), " ".join(job.checkpoints), now)
+    console.print(table)
+    console.print(f"suite {plan.suite}, settings {plan.key}: {describe(plan.settings)}", highlight=False)
+    console.print("benchmarks (checked): " + ", ".join(f"{name} {n} problems" for name, n in plan.problems.items()),
+                  highlight=False)
+    if plan.pending:
+        console.print(f"left out (not finished): {', '.join(plan.pending)}", highlight=False)
+    launcher = plan.launcher
+    console.print(f"launcher: {launcher.get('name')} (array_parallelism={launcher.get('array_parallelism')}, "
+                  f"gpus_per_node={launcher.get('gpus_per_node', 0)}, cpus_per_task={launcher.get('cpus_per_task')}, "
+                  f"timeout_min={launcher.get('timeout_min')}); {todo} job(s) to submit", highlight=False)
     if sbatch_script is not None:
         console.print("sbatch script submitit would submit:", highlight=False)
         console.print(sbatch_script, markup=False, highlight=False, soft_wrap=True)

@@ -1,4 +1,5 @@
-"""Submit a sweep's jobs with submitit and wait for them.
+"""Submit a sweep's jobs with submitit and wait for them (training runs, or the eval jobs of
+`lze-bench eval sweep_dir=`: a plan's jobs say what they run, `job.call()`).
 
 * `launcher=slurm`: one Slurm job array through `sbatch` (submitit's SlurmExecutor),
   `%array_parallelism` jobs at once, requeued on preemption/time-out by
@@ -124,10 +125,8 @@ def refresh(plan, data: dict, kind: str) -> dict[str, tuple[str, str | None]]:
 
 
 def submit(executor, plan, data: dict, names: list[str]) -> None:
-    from lze_bench.sweep.job import TrainJob
-
     by_name = {job.name: job for job in plan.jobs}
-    calls = [TrainJob(by_name[n].overrides, str(by_name[n].run_dir), by_name[n].config_hash) for n in names]
+    calls = [by_name[n].call() for n in names]  # job.TrainJob, or job.EvalJob for an eval sweep
     for name in names:
         run_dir_of(plan.sweep_dir, data["jobs"][name]).mkdir(parents=True, exist_ok=True)
     with job_threads(plan.launcher):
