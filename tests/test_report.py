@@ -62,6 +62,19 @@ def _row(step: int, selector: str, seed: int) -> dict:
     return row
 
 
+SETTINGS = {"split": "", "temperature": 0.0, "top_p": 1.0, "max_new_tokens": 64, "limit": 10, "seed": 0,
+            "prompt_template": "default", "chat_template": True, "grading": "boxed"}
+
+
+def eval_row(step: int, benchmark: str, accuracy: float, suite: str = "math_suite", key: str = "aaaaaaaaaaaa",
+             **settings) -> dict:
+    """An evals.parquet row (ledger.EVAL_COLUMNS) of checkpoint step_<step>, greedy on 10 problems by default."""
+    return {"step": step, "checkpoint": f"step_{step:06d}", "benchmark": benchmark, "num_problems": 10,
+            "samples_per_problem": 1, "accuracy": accuracy, "ci_low": 0.0, "ci_high": 1.0, "pass_at_k": accuracy,
+            "maj_at_k": accuracy, "k": 1, "suite": suite, "settings_key": key, **{**SETTINGS, **settings},
+            "generation_backend": "hf", "cum_flops": float("nan")}
+
+
 def make_run(root: Path, selector: str, seed: int, done: bool = True) -> Path:
     run_dir = root / f"{selector}-s{seed}"
     atomic_write_text(run_dir / "config.yaml", f"selector:\n  name: {selector}\nseed: {seed}\n")
@@ -73,11 +86,7 @@ def make_run(root: Path, selector: str, seed: int, done: bool = True) -> Path:
         rollouts.append(step, [{"step": step, "prompt_id": i, "rewards": r, "response_tokens": [5] * 4, "kept": True}
                                for i, r in enumerate(rewards)])
     if (selector, seed) in GSM8K:
-        append_eval_rows(run_dir, [
-            {"step": s, "checkpoint": f"step_{s:06d}", "benchmark": "gsm8k", "num_problems": 10,
-             "samples_per_problem": 1, "accuracy": acc, "ci_low": 0.0, "ci_high": 1.0, "pass_at_k": acc,
-             "maj_at_k": acc, "k": 1}
-            for s, acc in ((0, 0.10), (4, GSM8K[(selector, seed)]))])
+        append_eval_rows(run_dir, [eval_row(s, "gsm8k", acc) for s, acc in ((0, 0.10), (4, GSM8K[(selector, seed)]))])
     if done:
         mark_done(run_dir, {"stopped_by": STOPPED_BY[selector], "flop_budget": 800.0})
     return run_dir
@@ -248,3 +257,77 @@ def test_import_report_loads_no_torch_or_backend():
             "or m.startswith('lze_bench.backends')]; print(bad); assert not bad")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- which eval results a report uses (report/suites.py) -------------------------------------------------------------
+
+
+def _two_suites(tmp_path) -> Path:
+    """uniform and lze, seed 0: gsm8k greedy on 10 problems (math_suite) and a 2-problem smoke result beside it."""
+    root = tmp_path / "runs"
+    for selector in ("uniform", "lze"):
+        run_dir = make_run(root, selector, 0)
+        append_eval_rows(run_dir, [eval_row(s, "gsm8k", 1.0, suite="smoke", key="bbbbbbbbbbbb", limit=2,
+                                            temperature=1.0) for s in (0, 4)])
+    return root
+
+
+def test_report_refuses_mixed_eval_settings_and_names_the_choices(tmp_path):
+    from typer.testing import CliRunner
+
+    from lze_bench.cli import app
+
+    root = _two_suites(tmp_path)
+    result = CliRunner().invoke(app, ["report", str(root), "--out-root", str(tmp_path / "r")])
+    assert result.exit_code == 2
+    line = result.output.strip()
+    assert "\n" not in line and "benchmark gsm8k has eval results under 2 settings" in line
+    assert "math_suite aaaaaaaaaaaa (n=1 T=0" in line and "smoke bbbbbbbbbbbb (n=1 T=1" in line and "limit=2" in line
+    assert "--eval-suite" in line
+    result = CliRunner().invoke(app, ["report", str(root), "--eval-suite", "nosuch", "--out-root", str(tmp_path / "r")])
+    assert result.exit_code == 2 and "--eval-suite nosuch: no eval results" in result.output
+
+
+def test_report_uses_the_chosen_suite_and_names_it(tmp_path):
+    root = _two_suites(tmp_path)
+    for choice, accuracy in (("math_suite", 0.20), ("bbbbbbbbbbbb", 1.0)):  # a suite name or a settings key
+        from lze_bench.report.paired import ReportOptions
+
+        out = main(root, name=choice, out_root=tmp_path / "r", options=ReportOptions(eval_suites=(choice,)))
+        t1 = pd.read_csv(out / "table1.csv").set_index(["benchmark", "label"])
+        assert t1.loc[("gsm8k", "uniform"), "accuracy"] == pytest.approx(accuracy)
+        used = pd.read_csv(out / "benchmarks.csv").iloc[0]
+        assert used["benchmark"] == "gsm8k" and used["samples_per_problem"] == 1 and used["runs"] == 2
+        assert used["suite"] == ("math_suite" if choice == "math_suite" else "smoke")
+        assert str(used["problems"]) == "10"
+        text = (out / "report.md").read_text()
+        assert "## Eval results used" in text and f"| gsm8k | 10 | 1 | {used['suite']} |" in text
+
+
+def test_report_leaves_out_a_run_whose_final_checkpoint_is_not_evaluated(tmp_path, caplog):
+    root = tmp_path / "runs"
+    make_run(root, "uniform", 0)
+    late = make_run(root, "lze", 0)
+    frame = pd.read_parquet(late / "evals.parquet")
+    frame[frame["step"] == 0].to_parquet(late / "evals.parquet")  # only the initial policy evaluated so far
+    report = build(root)
+    assert set(report["points"].query("benchmark == 'gsm8k'")["label"]) == {"uniform"}
+    assert "lze-s0 gsm8k" in caplog.text and "final checkpoint not evaluated" in caplog.text
+
+
+def test_eval_points_sit_at_their_checkpoints_flops(runs_root):
+    points = build(runs_root)["points"].query("benchmark == 'gsm8k'")
+    # checkpoint step_000004 = after 4 updates = ledger step 3: uniform 4 x 200 FLOPs, lze 4 x 150
+    by_label = points.groupby("label")["cum_flops"].max().to_dict()
+    assert by_label == {"uniform": 800.0, "lze": 600.0}
+    assert (points.loc[points["step"] == -1, "cum_flops"] == 0).all()  # the initial policy
+
+
+def test_old_evals_parquet_is_refused_in_one_line(tmp_path):
+    run_dir = make_run(tmp_path / "runs", "uniform", 0)
+    old = pd.read_parquet(run_dir / "evals.parquet").drop(columns=["settings_key", "suite"])
+    old.to_parquet(run_dir / "evals.parquet")
+    with pytest.raises(LzeBenchError) as info:
+        build(tmp_path / "runs")
+    message = str(info.value)
+    assert "\n" not in message and "no suite, settings_key column(s)" in message and "lze-bench eval run=" in message

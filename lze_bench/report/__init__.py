@@ -4,12 +4,14 @@ Reads files only (data.py: config.yaml, DONE, ledger.parquet, rollouts, evals.pa
 and writes `<out_root>/<name>/`:
 
     report.md                 the three tables (Markdown), their definitions, the figures
+    benchmarks.md .tex .csv   per eval benchmark: problems, samples per problem, suite and settings used
+                              (report/suites.py; `--eval-suite` chooses when a run holds several)
     table1.md .tex .csv       accuracy at equal compute (the FLOP budget) per selector, and its
                               difference to uniform on the same seed (paired; paired.py)
     table2.md .tex .csv       FLOPs to reach a fraction of uniform's gain over the initial
                               policy, as a ratio to uniform on the same seed (paired.py)
     table3.md .tex .csv       training FLOPs by phase, steps, kept fraction, wall time (tables.py)
-    runs.csv at_budget.csv reach.csv   per-seed numbers behind them
+    runs.csv at_budget.csv reach.csv points.csv   per-seed numbers behind them (points: every eval point)
     astral_predictor.csv      ASTRAL's predictor accuracy per run (predictor.py; only with astral runs)
     accuracy_vs_flops, flops_by_phase, kept_fraction, pass_rate_distribution, zero_variance  (.png + .pdf)
 
@@ -26,9 +28,10 @@ import pandas as pd
 
 from lze_bench.report.data import (accuracy_points, flop_budget, heldout_problems, load_runs, pass_rates, per_step,
                                    run_summary)
-from lze_bench.report.formats import budget_cells, cost_cells, latex, markdown, reach_cells, sci
+from lze_bench.report.formats import benchmark_cells, budget_cells, cost_cells, latex, markdown, reach_cells, sci
 from lze_bench.report.document import report_md
 from lze_bench.report.predictor import predictor_accuracy
+from lze_bench.report.suites import benchmark_table, choose, eval_results
 from lze_bench.report.paired import ReportOptions, at_budget, reach, table_budget, table_reach
 from lze_bench.report.tables import BASELINE, cost_table
 from lze_bench.rundir import atomic_write_text
@@ -40,13 +43,15 @@ def build(sweep_dir: str | Path, options: ReportOptions | None = None) -> dict:
     """All report numbers as DataFrames (no files written)."""
     options = options or ReportOptions()
     runs = load_runs(sweep_dir)
-    points = accuracy_points(runs)
+    evals = choose(eval_results(runs), options.eval_suites)  # one settings key per benchmark (suites.py)
+    points = accuracy_points(runs, evals)
     summary = run_summary(runs, points)
     budget = flop_budget(runs)
     ends = at_budget(points, summary)
     reached = reach(points, options) if len(points) else None
     return {
         "runs": runs, "points": points, "summary": summary, "budget": budget, "options": options,
+        "benchmarks": benchmark_table(evals),  # per benchmark: problems, samples, suite, settings
         "heldout_problems": heldout_problems(runs), "at_budget": ends,
         "table1": table_budget(ends, budget), "reach": reached,
         "table2": table_reach(reached) if reached is not None else None,
@@ -80,6 +85,11 @@ def write_tables(report: dict, out: Path) -> dict[str, str]:
                                    "tab:equal-compute", report["table1"])
     _write_csv(out / "runs.csv", report["summary"])
     _write_csv(out / "at_budget.csv", report["at_budget"])
+    _write_csv(out / "points.csv", report["points"])
+    if len(report["benchmarks"]):
+        texts["benchmarks"] = _write_table(out, "benchmarks", benchmark_cells(report["benchmarks"]),
+                                           "Eval results used per benchmark: problems, samples per problem, suite "
+                                           "and settings.", "tab:benchmarks", report["benchmarks"])
     if report["table2"] is not None:
         fraction = report["options"].target_fraction
         caption2 = (f"FLOPs to reach {fraction:g} of uniform GRPO's gain over the initial policy (per seed), "
@@ -136,6 +146,9 @@ def main(sweep_dir: str | Path, name: str | None = None, out_root: str | Path = 
     from rich.console import Console
 
     console = Console()
+    if "benchmarks" in texts:
+        console.print("[bold]Eval results used[/] (per benchmark)", highlight=False)
+        console.print(texts["benchmarks"], markup=False, highlight=False, soft_wrap=True)
     console.print(f"[bold]Table 1[/] ({len(report['runs'])} runs)", highlight=False)
     console.print(texts["table1"], markup=False, highlight=False, soft_wrap=True)
     console.print("[bold]Table 2[/]", highlight=False)

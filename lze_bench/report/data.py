@@ -15,8 +15,8 @@ Choices where the sources are silent:
 * accuracy points: the ledger's `heldout_accuracy` (benchmark `heldout`, the
   synthetic held-out set, measured every eval_every steps), the initial policy's
   held-out accuracy from `heldout.jsonl` (its `updates == 0` row; the ledger has
-  no row before the first update), and every
-  evals.parquet row (benchmark name from the row). Ledger steps count from 0 and
+  no row before the first update), and the evals.parquet rows the report uses
+  (report/suites.py: one settings key per benchmark; benchmark name from the row). Ledger steps count from 0 and
   checkpoint `step_K` is saved after K updates (the local backend), so an eval of
   checkpoint K sits at ledger step K-1 (its cumulative FLOPs and wall time),
   and K = 0 (the initial policy) at 0 FLOPs, 0 s. The `step` column of the
@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from lze_bench.errors import LzeBenchError
-from lze_bench.ledger import LEDGER_FILE, read_evals, read_ledger, read_rollouts
+from lze_bench.ledger import LEDGER_FILE, read_ledger, read_rollouts
 from lze_bench.rundir import CONFIG, DONE, is_done
 
 log = logging.getLogger(__name__)
@@ -71,14 +71,10 @@ def _label(axes: dict, selector: str) -> str:
 
 
 def discover(root: Path) -> list[tuple[Path, dict]]:
-    """(run dir, grid values) of every run under a sweep dir (manifest) or a plain folder."""
-    from lze_bench.sweep.manifest import load_manifest, run_dir_of
+    """(run dir, grid values) of every run under a sweep dir (manifest) or a plain folder (sweep.manifest.runs_of)."""
+    from lze_bench.sweep.manifest import runs_of
 
-    manifest = load_manifest(root)
-    if manifest is not None:
-        return [(run_dir_of(root, e), dict(e.get("axes", {}))) for _, e in sorted(manifest["jobs"].items())]
-    found = sorted({p.parent for pattern in ("*/" + LEDGER_FILE, "*/*/" + LEDGER_FILE) for p in root.glob(pattern)})
-    return [(path, {}) for path in found]
+    return runs_of(root)
 
 
 def load_runs(root: str | Path) -> list[Run]:
@@ -157,8 +153,15 @@ def initial_heldout(run_dir: Path) -> float | None:
     return None
 
 
-def accuracy_points(runs: list[Run]) -> pd.DataFrame:
-    """One row per (run, benchmark, eval point): label, selector, seed, benchmark, step, cum_flops, cum_time_s, accuracy."""
+def accuracy_points(runs: list[Run], evals: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per (run, benchmark, eval point): label, selector, seed, benchmark, step, cum_flops, cum_time_s, accuracy.
+
+    `evals`: the eval results to use (report.suites.choose: one settings key per benchmark);
+    None: every run's results, when each benchmark has one settings key.
+    """
+    from lze_bench.report.suites import choose, eval_results
+
+    evals = choose(eval_results(runs)) if evals is None else evals
     rows = []
     for run in runs:
         led = run.ledger
@@ -169,7 +172,7 @@ def accuracy_points(runs: list[Run]) -> pd.DataFrame:
         for _, r in held.iterrows():
             rows.append((run.label, run.selector, run.seed, HELDOUT, int(r["step"]), float(r["cum_flops"]),
                          float(r["cum_time_s"]), float(r["heldout_accuracy"])))
-        for _, r in read_evals(run.run_dir).iterrows():
+        for _, r in evals[evals["run_dir"] == str(run.run_dir)].iterrows() if len(evals) else ():
             step = int(r["step"])
             rows.append((run.label, run.selector, run.seed, str(r["benchmark"]), step - 1,
                          after_updates(led, step, "cum_flops"), after_updates(led, step, "cum_time_s"),

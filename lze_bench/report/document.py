@@ -42,6 +42,18 @@ def _capped(report: dict) -> str:
             f"{', '.join(capped)}.")
 
 
+def _eval_results(texts: dict) -> list[str]:
+    """Which eval results each benchmark's rows use (report/suites.py), when the runs have any."""
+    if "benchmarks" not in texts:
+        return []
+    return ["## Eval results used", "", texts["benchmarks"],
+            "Each benchmark's rows come from one eval settings key (the suite's sampling settings, problem limit, "
+            "seed, prompt template and grading; `lze-bench report --eval-suite NAME_OR_KEY` chooses when a run "
+            "holds several). Each eval point sits at its checkpoint's cumulative training FLOPs (the ledger's "
+            "cum_flops after that many steps; the initial policy at 0), and a run is used for a benchmark only "
+            "when its final checkpoint, the policy at the budget, was evaluated.", ""]
+
+
 def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: list[Path]) -> str:
     seeds = sorted({r.seed for r in report["runs"]})
     fraction = report["options"].target_fraction
@@ -58,6 +70,7 @@ def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: li
         "during training; other benchmarks come from `lze-bench eval`. Runs of one seed are paired (same data "
         "order, same warm start), so each selector is compared with uniform GRPO seed by seed.",
         "",
+        *_eval_results(texts),
         f"## Table 1: accuracy at equal compute ({title1})",
         "",
         texts["table1"],

@@ -66,6 +66,14 @@ def reach_cells(t2: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def benchmark_cells(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Which eval results each benchmark's rows come from (report/suites.py)."""
+    header = ["benchmark", "problems", "samples / problem", "suite", "settings key", "settings", "runs"]
+    rows = [[str(r["benchmark"]), str(r["problems"]), str(int(r["samples_per_problem"])), str(r["suite"]),
+             str(r["settings_key"]), str(r["settings"]), str(int(r["runs"]))] for _, r in frame.iterrows()]
+    return header, rows
+
+
 def cost_cells(t3: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """Table 3: FLOPs by phase (seed means), steps, kept fraction, wall time."""
     minutes = bool(t3["wall_time_s"].max() >= 120) if len(t3) else False

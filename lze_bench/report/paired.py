@@ -50,6 +50,9 @@ class ReportOptions:
     # A fraction below 1 keeps the target off uniform's plateau: on the embedded task held-out
     # accuracy plateaus near 80% and a target at the plateau was "not reached" on a seed by 0.007.
     target_fraction: float = 0.9
+    # which eval results (evals.parquet) per benchmark: suite names or settings keys (report/suites.py); () = the
+    # only settings each benchmark has
+    eval_suites: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not 0 < self.target_fraction <= 1:
