@@ -1,4 +1,4 @@
-"""What an eval result is keyed by: checkpoint × benchmark × *settings* (design.md "Generation").
+"""What an eval result is keyed by: checkpoint × benchmark × *settings* (design.md "The run directory").
 
 Settings are every choice that changes which responses are sampled or how they
 are scored, so two evaluations with equal settings are the same measurement
