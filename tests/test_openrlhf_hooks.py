@@ -150,7 +150,7 @@ def test_openrlhf_parses_and_validates_the_recipe_flags(ray_local, monkeypatch, 
     assert list(args.actor.eps_clip_low_high) == [0.2, 0.28] and args.actor.adam.lr == 1e-6
     assert args.algo.advantage.estimator == "group_norm" and args.critic.model_name_or_path is None
     assert args.algo.kl.init_coef == 0.001 and args.algo.kl.use_loss and args.algo.kl.estimator == "k3"
-    assert args.ckpt.save_hf and args.ckpt.load_enable and args.ckpt.save_steps == 20
+    assert args.ckpt.save_hf and args.ckpt.load_enable and args.ckpt.save_steps == -1  # our trainer saves
     assert args.ckpt.path == str(tmp_path / "openrlhf" / "ckpt")
     assert args.train.colocate_all and args.vllm.enable_sleep and args.ds.enable_sleep
     assert not args.algo.dynamic_filtering_enable and not args.train.async_enable
