@@ -33,3 +33,18 @@ def checkpoint_due(trainer, steps_done: int, before: float, after: float) -> boo
     every = trainer.checkpoint_every
     return (stop_reason(trainer, steps_done, after) is not None or (every > 0 and steps_done % every == 0)
             or crossed(trainer.checkpoint_every_flops, before, after))
+
+
+def compute_plan(trainer) -> str:
+    """Where a run stops and where its HF checkpoints are taken, in one line (dry runs print it)."""
+    if trainer.flop_budget is not None:
+        stop = (f"stops at the first step whose cum_flops reaches trainer.flop_budget={trainer.flop_budget:.4g} "
+                f"(trainer.steps={trainer.steps} is a cap)")
+    else:
+        stop = f"stops after trainer.steps={trainer.steps} steps"
+    marks = []
+    if trainer.checkpoint_every > 0:
+        marks.append(f"every {trainer.checkpoint_every} steps")
+    if trainer.checkpoint_every_flops is not None:
+        marks.append(f"at every multiple of {trainer.checkpoint_every_flops:.4g} FLOPs")
+    return f"the run {stop}; HF checkpoints {', '.join(marks + ['after the last step'])}"

@@ -261,12 +261,17 @@ def test_dry_run_needs_no_openrlhf_ray_or_torch(tmp_path):
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
-def test_sweep_dry_run_lists_the_recipe():
-    result = CliRunner().invoke(app, ["sweep", "sweep=qwen25_math_1p5b", "--dry-run"])
+def test_sweep_dry_run_lists_the_recipe_its_budget_checkpoints_and_eval_step():
+    result = CliRunner(env={"COLUMNS": "400"}).invoke(app, ["sweep", "sweep=qwen25_math_1p5b", "--dry-run"])
     assert result.exit_code == 0, result.output
     from lze_bench.backends.openrlhf.command import runnable_selectors
 
     assert f"{3 * len(runnable_selectors())} jobs" in result.output  # every runnable selector x 3 seeds
+    assert ("every job: the run stops at the first step whose cum_flops reaches trainer.flop_budget=3e+18 "
+            "(trainer.steps=400 is a cap); HF checkpoints at every multiple of 3e+17 FLOPs, after the last step"
+            in result.output)
+    assert ("then evaluate (the recipe's eval step): lze-bench eval sweep_dir=runs/sweeps/qwen25_math_1p5b "
+            "eval=math_suite device=cuda generation.backend=vllm" in result.output)
 
 
 @pytest.mark.parametrize(

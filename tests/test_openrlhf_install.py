@@ -73,15 +73,17 @@ def test_smoke_1gpu_sweep_runs_every_backend_selector_on_one_gpu(tmp_path):
 
 
 @pytest.mark.parametrize("recipe", ["qwen25_math_1p5b", "smoke_1gpu"])
-def test_gpu_recipes_evaluate_on_the_gpu(recipe):
-    """The eval command a GPU recipe tells users to run uses the GPU and vLLM, and composes as written."""
+def test_gpu_recipes_evaluate_on_the_gpu(recipe, tmp_path):
+    """A GPU recipe's eval step (its `eval:` list, and every `lze-bench eval` its comments show) uses the GPU and
+    vLLM, and composes as written."""
     import re
 
     text = (REPO / "sweeps" / f"{recipe}.yaml").read_text()
-    commands = re.findall(r"lze-bench eval [^\n(]*", text)
-    assert commands, f"{recipe}.yaml names no eval command"
-    for command in commands:
-        args = command.split()[2:]
-        assert "device=cuda" in args and "generation.backend=vllm" in args, command
-        cfg = compose("eval", [a for a in args if not a.startswith("run=")] + ["model=Qwen/Qwen2.5-Math-1.5B"])
+    step = [str(item) for item in yaml.safe_load(text)["eval"]]
+    shown = [c.split()[2:] for c in re.findall(r"lze-bench eval [^\n(#]*", text)]
+    commands = [step] + [args for args in shown if "..." not in args]  # "..." stands for the eval step
+    for args in commands:
+        assert "device=cuda" in args and "generation.backend=vllm" in args, args
+        cfg = compose("eval", [a for a in args if not a.startswith(("run=", "sweep_dir="))]
+                      + [f"sweep_dir={tmp_path}"])
         assert cfg.device == "cuda" and cfg.generation.backend == "vllm"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -50,6 +51,9 @@ class SweepSpec:
     command-line `key=v` (or `key=a,b`) replaces the grid axis of that key.
     selector_overrides: selector name -> `selector.KEY=VALUE` overrides for that
     selector's jobs only, applied after `overrides` and before the command line.
+    eval: the eval step that follows the sweep, as `lze-bench eval sweep_dir=<this
+    sweep>` overrides (e.g. `[eval=math_suite, device=cuda, generation.backend=vllm]`);
+    `--dry-run` and the finished sweep print that command. Nothing runs it on its own.
     """
 
     name: Optional[str] = None  # default: the file name
@@ -59,6 +63,7 @@ class SweepSpec:
     # selector name -> overrides only its jobs get (e.g. astral: [selector.ref_size=8]); they keep
     # jobs paired, since pairing ignores the selector's own settings
     selector_overrides: Dict[str, List[str]] = field(default_factory=dict)
+    eval: List[str] = field(default_factory=list)  # `lze-bench eval sweep_dir=...` overrides of the step after
 
     def __post_init__(self):
         for key, values in self.grid.items():
@@ -70,6 +75,19 @@ class SweepSpec:
             for item in items:
                 require(str(item).startswith("selector.") and "=" in str(item), f"sweep.selector_overrides.{selector}",
                         f"{item!r} is not a selector.KEY=VALUE override")
+        for item in self.eval:
+            require("=" in str(item) and not str(item).startswith("sweep_dir="), "sweep.eval",
+                    f"{item!r} is not a key=value eval override (sweep_dir is the sweep's own)")
+
+
+def eval_command(spec: "SweepSpec", sweep_dir: Path) -> str | None:
+    """The `lze-bench eval sweep_dir=...` command a recipe names as its next step, or None."""
+    import shlex
+
+    if not spec.eval:
+        return None
+    return " ".join(["lze-bench", "eval", f"sweep_dir={shlex.quote(str(sweep_dir))}",
+                     *(shlex.quote(str(item)) for item in spec.eval)])
 
 
 @dataclass
@@ -140,8 +158,12 @@ def main(args: list[str], dry_run: bool = False) -> None:
         from lze_bench.sweep.submit import sbatch_preview
 
         slurm = plan.launcher.get("name") == "slurm"
-        print_plan(plan, sweep_dir, sbatch_preview(plan, len(plan.jobs)) if slurm else None)
+        print_plan(plan, sweep_dir, sbatch_preview(plan, len(plan.jobs)) if slurm else None,
+                   then=eval_command(spec, sweep_dir))
         return
     from lze_bench.sweep.submit import run_sweep
 
     run_sweep(plan, wait=command.wait, poll_s=command.poll_s, command_line=args)
+    then = eval_command(spec, sweep_dir)
+    if then:
+        print(f"next (this recipe's eval step): {then}", file=sys.stderr)

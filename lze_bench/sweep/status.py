@@ -232,8 +232,9 @@ def show_status(sweep_dir: Path, watch: bool = False, every_s: float = 5.0) -> N
             time.sleep(every_s)
 
 
-def print_plan(plan, sweep_dir: Path, sbatch_script: str | None = None) -> None:
-    """`--dry-run`: the jobs, their pairing and (Slurm) the sbatch script; nothing is written."""
+def print_plan(plan, sweep_dir: Path, sbatch_script: str | None = None, then: str | None = None) -> None:
+    """`--dry-run`: the jobs, their pairing, where each run stops and checkpoints (lze_bench.budget), the eval step
+    that follows (`then`, the recipe's `eval`) and (Slurm) the sbatch script; nothing is written."""
     from lze_bench.sweep.manifest import load_manifest
 
     console = Console()
@@ -257,12 +258,28 @@ def print_plan(plan, sweep_dir: Path, sbatch_script: str | None = None) -> None:
             console.print(f"{selector} jobs also: {' '.join(extra)}", highlight=False)
     for key, names in plan.pairs.items():
         console.print(f"P{pair_index[key]} (paired: same data order and warm start): {', '.join(names)}", highlight=False)
+    for line, names in compute_plans(plan).items():
+        console.print(f"{'every job' if len(names) == len(plan.jobs) else ', '.join(names)}: {line}", highlight=False)
     launcher = plan.launcher
     console.print(f"launcher: {launcher.get('name')} (array_parallelism={launcher.get('array_parallelism')}, "
                   f"cpus_per_task={launcher.get('cpus_per_task')}, timeout_min={launcher.get('timeout_min')})", highlight=False)
+    if then:
+        console.print(f"then evaluate (the recipe's eval step): {then}", highlight=False, soft_wrap=True)
     if sbatch_script is not None:
         console.print("sbatch script submitit would submit:", highlight=False)
         console.print(sbatch_script, markup=False, highlight=False, soft_wrap=True)
+
+
+def compute_plans(plan) -> dict[str, list[str]]:
+    """Each distinct `budget.compute_plan` line of the planned jobs -> the jobs it describes."""
+    from lze_bench.budget import compute_plan
+    from lze_bench.config import compose
+
+    lines: dict[str, list[str]] = {}
+    for job in plan.jobs:
+        trainer = compose("train", job.train_overrides).trainer
+        lines.setdefault(compute_plan(trainer), []).append(job.name)
+    return lines
 
 
 def print_eval_plan(plan, sbatch_script: str | None = None) -> None:

@@ -1,12 +1,18 @@
-"""`python tests/openrlhf_cpu/run_entry.py --lze-config CONFIG -- FLAGS...`: the job's entry with CPU stand-ins.
+"""Run lze-bench's OpenRLHF driver with the CPU stand-ins installed first (tests only). Two forms:
 
-Exactly `python -m lze_bench.backends.openrlhf.entry --lze-config CONFIG -- FLAGS...`
-(the argv a job runs, from the run directory's openrlhf/command.json), except
-that the vLLM and DeepSpeed policy engines are replaced by lze_cpu_standins
-first (env LZE_TEST_POLICY: "standin", the default, or "deepspeed" for
-OpenRLHF's real policy actor on DeepSpeed). tests/stubs (import stubs of
-vllm/flash_attn) must be on PYTHONPATH when the real packages are missing;
-the test sets that up.
+    python tests/openrlhf_cpu/run_entry.py --lze-config CONFIG -- FLAGS...
+    python tests/openrlhf_cpu/run_entry.py PYTHON -m lze_bench.backends.openrlhf.entry --lze-config CONFIG -- FLAGS...
+
+The first is `python -m lze_bench.backends.openrlhf.entry --lze-config CONFIG
+-- FLAGS...` (the argv a job runs, from the run directory's
+openrlhf/command.json) with its head cut off; the second is that whole
+command, which is what `backend.driver_wrapper=[PYTHON,.../run_entry.py]`
+makes of it, so `lze-bench train` and `lze-bench sweep` run the stand-ins
+unchanged. Either way the entry module then runs as `__main__`, after the
+vLLM and DeepSpeed policy engines were replaced by lze_cpu_standins (env
+LZE_TEST_POLICY: "standin", the default, or "deepspeed" for OpenRLHF's real
+policy actor on DeepSpeed). tests/stubs (import stubs of vllm/flash_attn)
+must be on PYTHONPATH when the real packages are missing; the test sets that up.
 """
 
 import os
@@ -18,6 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lze_cpu_standins.install import install  # noqa: E402
 
+ENTRY = "lze_bench.backends.openrlhf.entry"
+
+args = sys.argv[1:]
+if ENTRY in args and args[args.index(ENTRY) - 1] == "-m":  # the whole driver command: drop PYTHON -m ENTRY
+    args = args[args.index(ENTRY) + 1:]
 install(os.environ.get("LZE_TEST_POLICY", "standin"))
-sys.argv = ["lze_bench.backends.openrlhf.entry", *sys.argv[1:]]
-runpy.run_module("lze_bench.backends.openrlhf.entry", run_name="__main__", alter_sys=True)
+sys.argv = [ENTRY, *args]
+runpy.run_module(ENTRY, run_name="__main__", alter_sys=True)

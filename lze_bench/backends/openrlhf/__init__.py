@@ -118,6 +118,9 @@ class OpenRLHFBackendConfig:
     placement_timeout_s: float = 600.0  # fail a run whose Ray placement groups are not ready by then (never hang)
     grade_workers: int = 2  # grading processes per vLLM engine
     extra_args: List[str] = field(default_factory=list)  # any further OpenRLHF flag, verbatim
+    # a command the Ray driver runs under, e.g. [nsys, profile, -o, prof] or [apptainer, exec, image.sif]:
+    # the driver command becomes driver_wrapper + [python, -m, lze_bench.backends.openrlhf.entry, ...]
+    driver_wrapper: List[str] = field(default_factory=list)
 
     def __post_init__(self):
         require(

@@ -187,9 +187,10 @@ def replays(cfg) -> bool:
 
 
 def driver_argv(cfg, paths: RunPaths, python: str | None = None) -> list[str]:
-    """The exact command the Ray driver runs: our entry module, then OpenRLHF's flags."""
-    return [python or sys.executable, "-m", ENTRY_MODULE, "--lze-config", str(paths.config), "--",
-            *openrlhf_flags(cfg, paths)]
+    """The exact command the Ray driver runs: `backend.driver_wrapper` (if any), our entry module, then
+    OpenRLHF's flags."""
+    return [*(str(a) for a in cfg.backend.driver_wrapper), python or sys.executable, "-m", ENTRY_MODULE,
+            "--lze-config", str(paths.config), "--", *openrlhf_flags(cfg, paths)]
 
 
 def format_command(argv: list[str]) -> str:

@@ -49,21 +49,6 @@ def update_unit(cfg) -> int:
     return trim_unit(int(cfg.backend.train_micro_batch_size), nodes * gpus)
 
 
-def compute_plan(trainer) -> str:
-    """One comment line: where the run stops and where its HF checkpoints are taken (lze_bench.budget)."""
-    if trainer.flop_budget is not None:
-        stop = (f"stops at the first step whose cum_flops reaches trainer.flop_budget={trainer.flop_budget:.4g} "
-                f"(trainer.steps={trainer.steps} is a cap)")
-    else:
-        stop = f"stops after trainer.steps={trainer.steps} steps"
-    marks = []
-    if trainer.checkpoint_every > 0:
-        marks.append(f"every {trainer.checkpoint_every} steps")
-    if trainer.checkpoint_every_flops is not None:
-        marks.append(f"at every multiple of {trainer.checkpoint_every_flops:.4g} FLOPs")
-    return f"# the run {stop}; HF checkpoints {', '.join(marks + ['after the last step'])}"
-
-
 def dry_run(cfg, out=None) -> None:
     out = out or sys.stdout
     paths = resolve_paths(cfg)
@@ -73,7 +58,9 @@ def dry_run(cfg, out=None) -> None:
     out.write(format_command(argv) + "\n")
     out.write(f"# each step's update trains whole units of {update_unit(cfg)} responses "
               "(backend.train_micro_batch_size x GPUs; a seeded random subset, see trim.py)\n")
-    out.write(compute_plan(cfg.trainer) + "\n")
+    from lze_bench.budget import compute_plan
+
+    out.write(f"# {compute_plan(cfg.trainer)}\n")
     if cfg.launcher.name == "slurm":
         from lze_bench.backends.openrlhf.script import job_script
 

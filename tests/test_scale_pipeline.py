@@ -1,0 +1,166 @@
+"""The scale path's equal-compute pipeline at the CLI, on CPU: `lze-bench sweep` on backend=openrlhf with one FLOP
+budget -> `lze-bench eval sweep_dir=` -> `lze-bench report`, per benchmark.
+
+* The sweep: 2 selectors (uniform, lze) x 2 seeds, `trainer.flop_budget` with `trainer.steps` only a cap, an HF
+  checkpoint at every `trainer.checkpoint_every_flops` and after the last step, submitted through submitit's
+  local executor exactly as `lze-bench sweep` does. Each job is `lze-bench train backend=openrlhf`: our entry
+  module under OpenRLHF 0.11.2's real controller loop on a private Ray cluster, with the CPU stand-ins of
+  tests/openrlhf_cpu (a transformers "vLLM" engine, a torch policy actor) put in place by
+  `backend.driver_wrapper` (the driver runs under tests/openrlhf_cpu/run_entry.py).
+* The evals: every checkpoint of every run (and each run's initial policy) on a 2-benchmark suite with `limit`,
+  HF generation on the tiny checkpoints, submitit's local executor (`launcher=local`).
+* The report: Table 1 and Table 2 have one row per benchmark and selector with paired intervals over the seeds;
+  every run stopped on the budget, and each eval point sits at its checkpoint's FLOPs.
+
+The benchmarks are gsm8k and math500 by format: a data folder written here holds the tiny policy's own task
+("Is i odd? ...", answers 0/1) in each benchmark's file layout, prompted with the template it was trained on.
+Slow (about ten minutes on 2 cores); skips only when OpenRLHF does not import (CI requires it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+STANDINS = REPO / "tests" / "openrlhf_cpu"
+sys.path.insert(0, str(STANDINS))
+from lze_cpu_standins import harness  # noqa: E402
+from lze_cpu_standins.fixtures import RayCluster, save_tiny_policy, write_prompts  # noqa: E402
+
+sys.path.remove(str(STANDINS))
+
+IMPORT_ERROR = harness.import_error()
+if IMPORT_ERROR and os.environ.get("LZE_BENCH_REQUIRE_OPENRLHF") == "1":
+    raise RuntimeError(f"LZE_BENCH_REQUIRE_OPENRLHF=1 but OpenRLHF does not import: {IMPORT_ERROR}")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(IMPORT_ERROR is not None, reason=f"OpenRLHF 0.11.2 does not import: {IMPORT_ERROR} "
+                                 "(install it with: bash .ci/openrlhf.sh)")]
+
+SELECTORS, SEEDS, BENCHMARKS = ["uniform", "lze"], [0, 1], ["gsm8k", "math500"]
+BATCH, N, MICRO, CAP = 2, 3, 1, 10
+PROBLEM = "Is {i} odd? Reply 1 for yes, 0 for no."
+
+
+def suite_yaml() -> str:
+    from lze_bench.backends.openrlhf.data import PROMPT_TEMPLATE
+
+    return (f"name: two\nbenchmarks: [gsm8k, math500]\nn_samples: 1\ntemperature: 0.0\nmax_new_tokens: 4\n"
+            f"ks: [1]\nuse_chat_template: false\nprompt_template: {json.dumps(PROMPT_TEMPLATE)}\n")
+
+
+def write_benchmarks(root: Path) -> Path:
+    """The tiny policy's task in gsm8k's and math500's layouts (problems the training file also has, by format)."""
+    (root / "gsm8k").mkdir(parents=True)
+    (root / "math500").mkdir()
+    with (root / "gsm8k" / "test.jsonl").open("w") as handle:
+        for i in range(6):
+            handle.write(json.dumps({"question": PROBLEM.format(i=i), "answer": f"#### {i % 2}"}) + "\n")
+    with (root / "math500" / "test.jsonl").open("w") as handle:
+        for i in range(6, 12):
+            handle.write(json.dumps({"problem": PROBLEM.format(i=i), "answer": str(i % 2), "unique_id": f"s/{i}"})
+                         + "\n")
+    return root
+
+
+def step_flops(model: Path) -> float:
+    """The fewest FLOPs a uniform step books here (every sample's shortest prompt plus one response token;
+    generation, old-log-prob forward, 3 F(L) for the update)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from lze_bench.backends.openrlhf.data import PROMPT_TEMPLATE
+    from lze_bench.flops import FlopModel
+
+    flops = FlopModel.from_hf_config(AutoConfig.from_pretrained(model))
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    shortest = min(len(tokenizer(PROMPT_TEMPLATE.format(problem=PROBLEM.format(i=i)), add_special_tokens=False)
+                       ["input_ids"]) for i in range(10))
+    return BATCH * N * 5 * flops.forward([shortest + 1])
+
+
+def cli(args: list[str], env: dict, timeout: int = 1800) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "lze_bench.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    return done
+
+
+def test_budgeted_openrlhf_sweep_then_eval_sweep_then_report_per_benchmark(tmp_path):
+    from lze_bench.backends.openrlhf.data import PROMPT_TEMPLATE
+    from lze_bench.ledger import read_evals, read_ledger
+    from lze_bench.rundir import list_checkpoints
+    from lze_bench.sweep.manifest import load_manifest
+
+    data = write_prompts(tmp_path / "data", 10)
+    model = save_tiny_policy(tmp_path / "tiny", [PROMPT_TEMPLATE.format(problem=PROBLEM.format(i=i))
+                                                  for i in range(4)])
+    budget = 2.5 * step_flops(model)
+    cluster = RayCluster(harness.child_env(), num_cpus=2, num_gpus=1)
+    try:
+        env = harness.child_env(LZE_RAY_ADDRESS=cluster.address, COLUMNS="200")
+        sweep_dir = tmp_path / "sweep"
+        overrides = harness.overrides(model, data, "uniform", tmp_path / "unused", steps=CAP, batch=BATCH, n=N,
+                                      micro=MICRO, checkpoint_every=0)
+        overrides = [o for o in overrides if not o.startswith(("selector=", "seed=", "run_dir="))]
+        trained = cli(["sweep", f"selector={','.join(SELECTORS)}", f"seed={','.join(map(str, SEEDS))}", *overrides,
+                       f"trainer.flop_budget={budget!r}", f"trainer.checkpoint_every_flops={budget / 2.2!r}",
+                       f"backend.driver_wrapper=[{sys.executable},{STANDINS / 'run_entry.py'}]",
+                       "launcher=local", "launcher.array_parallelism=1", f"sweep_dir={sweep_dir}", "poll_s=2"], env)
+        assert "4 done" in trained.stdout + trained.stderr or (sweep_dir / "manifest.json").exists()
+    finally:
+        cluster.stop()
+
+    # every run stopped on the budget, with checkpoints at the FLOP marks and after its last step
+    runs = {}
+    for entry in load_manifest(sweep_dir)["jobs"].values():
+        run = sweep_dir / entry["run_dir"]
+        done = json.loads((run / "DONE").read_text())
+        assert done["stopped_by"] == "budget" and done["flop_budget"] == budget and done["steps"] < CAP
+        ledger = read_ledger(run)
+        assert ledger["cum_flops"].iloc[-1] >= budget > (ledger["cum_flops"].iloc[-2] if len(ledger) > 1 else 0)
+        saved = [step for step, _ in list_checkpoints(run)]
+        assert saved[-1] == len(ledger) and len(saved) >= 2
+        runs[(entry["selector"], entry["seed"])] = run
+    assert sorted(runs) == sorted((s, seed) for s in SELECTORS for seed in SEEDS)
+
+    (tmp_path / "two.yaml").write_text(suite_yaml())
+    evaluated = cli(["eval", f"sweep_dir={sweep_dir}", f"eval={tmp_path / 'two.yaml'}",
+                     f"data.root={write_benchmarks(tmp_path / 'bench')}", "limit=4", "grading.workers=1", "poll_s=2"],
+                    harness.child_env(COLUMNS="200"))
+    status = cli(["sweep", "status", str(sweep_dir)], harness.child_env(COLUMNS="200"))
+    assert "evals eval-two" in status.stdout and "4 done" in status.stdout, evaluated.stdout
+    for run in runs.values():  # the initial policy and every checkpoint, on both benchmarks, at its FLOPs
+        ledger, evals = read_ledger(run), read_evals(run)
+        saved = [step for step, _ in list_checkpoints(run)]
+        assert sorted(set(evals["step"])) == [0, *saved] and set(evals["benchmark"]) == set(BENCHMARKS)
+        for _, row in evals.iterrows():
+            expected = 0.0 if row["step"] == 0 else float(ledger.loc[ledger["step"] == row["step"] - 1,
+                                                                     "cum_flops"].iloc[0])
+            assert row["cum_flops"] == expected
+
+    out_root = tmp_path / "reports"
+    cli(["report", str(sweep_dir), "--name", "scale", "--out-root", str(out_root)], harness.child_env())
+    out = out_root / "scale"
+    t1 = pd.read_csv(out / "table1.csv").set_index(["benchmark", "label"])
+    assert sorted(t1.index) == sorted((b, s) for b in BENCHMARKS for s in SELECTORS)
+    for bench in BENCHMARKS:
+        lze, uniform = t1.loc[(bench, "lze")], t1.loc[(bench, "uniform")]
+        assert lze["seeds"] == 2 and lze["pairs"] == 2 and math.isfinite(lze["delta_ci"])  # a paired interval
+        assert math.isnan(uniform["delta"]) and 0 <= uniform["accuracy"] <= 1
+        assert lze["capped"] == 0 and uniform["capped"] == 0  # every run stopped on the budget
+    t2 = pd.read_csv(out / "table2.csv").set_index(["benchmark", "label"])
+    assert sorted(t2.index) == sorted((b, s) for b in BENCHMARKS for s in SELECTORS)
+    points = pd.read_csv(out / "points.csv")
+    for (label, seed), group in points[points["benchmark"].isin(BENCHMARKS)].groupby(["label", "seed"]):
+        at = dict(zip(*(read_ledger(runs[(label, seed)])[c] for c in ("step", "cum_flops"))))
+        assert group["cum_flops"].tolist() == pytest.approx([0.0 if s < 0 else at[s] for s in group["step"]],
+                                                            rel=1e-9)
+    used = pd.read_csv(out / "benchmarks.csv").set_index("benchmark")
+    assert list(used.index) == BENCHMARKS and (used["problems"] == 4).all() and (used["suite"] == "two").all()
