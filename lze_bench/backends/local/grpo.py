@@ -64,10 +64,11 @@ class UpdateStats:
     trained_tokens: int = 0  # prompt + response tokens, summed over PPO epochs
     flops_train: int = 0
     flops_logprob: int = 0
-    loss: float = 0.0
-    kl: float = 0.0
-    clip_frac: float = 0.0
-    grad_norm: float = 0.0
+    # NaN = not measured: no update this step, or no reference policy for the KL (kl_coef = 0)
+    loss: float = float("nan")
+    kl: float = float("nan")  # mean k3 KL to the reference per response token
+    clip_frac: float = float("nan")  # share of response tokens whose ratio lies outside the clip range
+    grad_norm: float = float("nan")  # global norm before clipping, at the last PPO epoch
     lengths: list = field(default_factory=list)
 
 
@@ -182,7 +183,8 @@ def grpo_update(model, optimizer, groups: list[Group], trainer_cfg, flop_model, 
     stats.trained_tokens = int(lengths.sum()) * epochs
     stats.flops_train = flop_model.train(lengths) * epochs
     stats.loss = loss_sum / epochs
-    stats.kl = kl_sum / (total_tokens * epochs)
+    if ref_logp[0] is not None:
+        stats.kl = kl_sum / (total_tokens * epochs)
     stats.clip_frac = clipped / (total_tokens * epochs)
     stats.lengths = lengths.tolist()
     return stats
