@@ -216,6 +216,9 @@ def test_ledger_row_update_diagnostics_from_openrlhf_status():
     assert (row["loss"], row["clip_frac"], row["grad_norm"], row["kl"]) == (-0.02, 0.125, 3.5, 0.004)
     bare = ledger_row(hand_record(), STATUS, flops, ppo_epochs=1, reference_pass=False)  # no update reported, no KL
     assert all(np.isnan(bare[key]) for key in ("loss", "clip_frac", "grad_norm", "kl"))
+    # without a reference model OpenRLHF still reports kl = 0 (make_experience's zeros): not a measurement
+    no_reference = ledger_row(hand_record(), status, flops, ppo_epochs=1, reference_pass=False)
+    assert np.isnan(no_reference["kl"]) and no_reference["clip_frac"] == 0.125
 
 
 def recipe_cfg(run_dir, steps=3, every=2):
