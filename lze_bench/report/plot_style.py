@@ -27,7 +27,8 @@ from lze_bench.registry import display_order as order
 SELECTOR_COLORS = {"uniform": "#4d4d4d", "dapo": "#1f77b4", "astral": "#ff7f0e", "hive": "#2ca02c", "greso": "#8c564b",
                    "lze": "#d62728"}
 SPARE_COLORS = ["#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
-LINESTYLES = ["-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (8, 2))]
+# only the first label (the baseline) is solid: a broken line drawn over another still shows it in its gaps
+LINESTYLES = ["-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (8, 2)), (0, (1, 3)), (0, (3, 3))]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 COLUMN_IN = (3.4, 2.4)
 BAND_TEXT = "line: mean over seeds; band: min–max over seeds (no band with one seed)"
@@ -88,8 +89,14 @@ def save(fig, out_dir: Path, name: str) -> list[Path]:
 
 
 def legend_below(fig, handles_from) -> None:
-    """One legend under the axes, so no line is ever hidden behind it."""
-    handles, labels = handles_from.get_legend_handles_labels()
+    """One legend under the axes (an Axes, or a list whose entries are gathered in order), so no line is
+    ever hidden behind it."""
+    handles, labels = [], []
+    for ax in handles_from if isinstance(handles_from, list) else [handles_from]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
     ncols = len(labels) if len(labels) <= 5 else 4
     rows = -(-len(labels) // ncols)
     height = fig.get_size_inches()[1]
@@ -148,10 +155,11 @@ def coinciding(curves: dict[str, tuple[np.ndarray, np.ndarray]], tolerance: floa
     return pairs
 
 
-def coincide_note(pairs: list[tuple[str, str, float]], unit: str) -> str:
-    """A caption sentence naming coinciding curves, or ""."""
+def coincide_note(pairs: list[tuple[str, str, float]], unit: str, panel: str | None = None) -> str:
+    """A caption sentence naming coinciding curves (in `panel`, when the figure has several), or ""."""
     if not pairs:
         return ""
     said = "; ".join(f"{a} and {b} (" + ("identical" if gap == 0 else f"within {gap:.2g}{' ' + unit if unit else ''}")
                      + ")" for a, b, gap in pairs)
-    return (f" Curves that coincide, told apart by line style and marker: {said}.")
+    where = f"In the {panel} panel, curves" if panel else "Curves"
+    return f" {where} that coincide, told apart by line style and marker: {said}."

@@ -61,9 +61,10 @@ def accuracy_curves(points: pd.DataFrame, x: str, x_label: str, name: str, style
             ax.axvline(vline, color="black", linestyle=":", linewidth=0.8, label="budget")
         ax.set_xlabel(x_label)
         ax.set_ylabel(f"{'held-out' if bench == 'heldout' else bench} accuracy (%)")
-        note = coincide_note(coinciding(means, COINCIDE_POINTS), "points")
+        note = coincide_note(coinciding(means, COINCIDE_POINTS), "points",
+                             ("held-out" if bench == "heldout" else bench) if len(benches) > 1 else None)
         if note:
-            notes.append(f"{'held-out' if bench == 'heldout' else bench}:{note}")
+            notes.append(note.strip())
     for ax in list(axes.flat)[len(benches):]:
         ax.set_visible(False)
     legend_below(fig, axes.flat[0])

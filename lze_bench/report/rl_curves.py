@@ -70,11 +70,12 @@ def rl_curves(runs, styles: dict, out_dir: Path, name: str = "rl_curves") -> Fig
     if not drawn:
         return None
     pyplot = plt()
-    ncols = min(3, len(drawn))
+    ncols = 2 if len(drawn) in (2, 4) else min(3, len(drawn))
     nrows = -(-len(drawn) // ncols)
     fig, axes = pyplot.subplots(nrows, ncols, figsize=(PANEL_IN[0] * ncols, PANEL_IN[1] * nrows + 0.4),
                                 squeeze=False, sharex=True)
     power = power_of_ten(float(frame["cum_flops"].max()))
+    labelled = set()  # each label enters the legend once, from the first panel it has values in
     for ax, column in zip(axes.flat, drawn):
         for label in order(frame["label"]):
             seeds = []
@@ -83,7 +84,8 @@ def rl_curves(runs, styles: dict, out_dir: Path, name: str = "rl_curves") -> Fig
                 seeds.append((g["cum_flops"].to_numpy(float) / 10.0**power, g[column].to_numpy(float)))
             if seeds:
                 grid, ys = seed_grid(seeds)
-                band(ax, grid, ys, styles[label], label if column == drawn[0] else None)
+                band(ax, grid, ys, styles[label], None if label in labelled else label)
+                labelled.add(label)
         ax.set_title(CURVES[column][0])
         if column in ("reward_mean", "zero_variance_frac", "clip_frac"):
             ax.set_ylim(bottom=0)
@@ -92,16 +94,20 @@ def rl_curves(runs, styles: dict, out_dir: Path, name: str = "rl_curves") -> Fig
     for ax in axes.flat[len(drawn) - ncols:len(drawn)]:  # the bottom panel of each column names the axis
         ax.set_xlabel(f"cumulative compute ($10^{{{power}}}$ FLOPs)")
         ax.xaxis.set_tick_params(labelbottom=True)
-    legend_below(fig, axes.flat[0])
+    legend_below(fig, list(axes.flat))
     return Figure(name, save(fig, out_dir, name), caption(drawn, missing, frame, in_ledgers))
 
 
 def caption(drawn: list[str], missing: list[str], frame: pd.DataFrame, in_ledgers: set[str]) -> str:
     titles = {c: CURVES[c][0].split(" (")[0] for c in CURVES}
+    defined = {"response_length": "response length: generated tokens / generated responses",
+               "kl": "KL: mean k3 estimate to the reference policy per trained token",
+               "clip_frac": "clip fraction: share of trained tokens where the PPO clip binds",
+               "grad_norm": "grad norm: global gradient norm before clipping"}
+    said = "; ".join(defined[c] for c in drawn if c in defined)
     text = (f"RL training curves from the ledger against cumulative training FLOPs: "
-            f"{', '.join(titles[c] for c in drawn)}; {BAND_TEXT}; one vertex per training step, no smoothing. "
-            "Response length: generated tokens / generated responses; clip fraction: share of trained tokens "
-            "where the PPO clip binds; grad norm: before clipping.")
+            f"{', '.join(titles[c] for c in drawn)}; {BAND_TEXT}; one vertex per training step, no smoothing."
+            + (f" {said[0].upper()}{said[1:]}." if said else ""))
     if missing:
         why = []
         for column in missing:

@@ -63,7 +63,8 @@ def accuracy_vs_time(points, runs, styles: dict, out_dir: Path) -> list[Figure]:
         points.assign(x=points["train_time_s"] / seconds), "x", f"training time ({unit}, {where})",
         "accuracy_vs_wallclock", styles, out_dir,
         what=f"training wall-clock time ({hardware})",
-        extra=("Time: the ledger's step times summed, held-out evals run during training excluded. Wall-clock "
+        extra=("Time: the ledger's step times summed, held-out evals run during training excluded (Table 3's "
+               "wall time includes them). Wall-clock "
                "depends on the machine and on the jobs that shared it (a sweep runs several at once); FLOPs do not."),
     )]
     gpus = {(run.label, run.seed): run.gpus for run in runs}
