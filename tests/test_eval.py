@@ -57,7 +57,6 @@ def test_eval_one_checkpoint_on_all_four_benchmarks(tiny_checkpoint, tmp_path):
     assert (out / "summary.csv").read_text().splitlines()[0].startswith("benchmark,checkpoint,step")
 
 
-@needs_data
 def test_eval_qwen25_math_prompt_and_math_verify_grading(tiny_checkpoint, tmp_path):
     out = tmp_path / "out"
     overrides = [f"model={tiny_checkpoint}", f"out_dir={out}", *SMOKE, "eval.benchmarks=[gsm8k]", "limit=1",
@@ -66,7 +65,7 @@ def test_eval_qwen25_math_prompt_and_math_verify_grading(tiny_checkpoint, tmp_pa
     assert entry["grading"] == "math_verify" and entry["prompt"] == "qwen25_math"
     row = json.loads((out / "gsm8k.jsonl").read_text().splitlines()[0])
     instruction = "User: Please reason step by step, and put your final answer within \\boxed{}.\nAssistant:"
-    problem = json.loads((SHARED / "gsm8k" / "test.jsonl").read_text().splitlines()[0])["question"]
+    problem = json.loads((DATA / "gsm8k" / "test.jsonl").read_text().splitlines()[0])["question"]
     assert row["prompt"] == f"{instruction}User: {problem}\nAssistant:"  # system turn, then the bare problem
     assert row["grade_status"] in ("ok", "no_answer")
     # the same responses graded the default way: the entries differ only where the modes read answers differently
