@@ -51,7 +51,8 @@ class StandInHub:
         configs = HUB[path]["configs"]
         if name is None:
             if "default" not in configs:
-                raise ValueError(f"Config name is missing. Please pick one among the available configs: {list(configs)}")
+                raise ValueError(f"Config name is missing. Please pick one among the available configs: "
+                                 f"{list(configs)}")
             name = "default"
         if name not in configs:
             raise ValueError(f"BuilderConfig '{name}' not found. Available: {list(configs)}")

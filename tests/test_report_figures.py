@@ -90,7 +90,8 @@ def test_accuracy_captions_count_measured_evals_and_name_coinciding_curves(cpu_r
     captions = _captions((cpu_report / "report.md").read_text())
     flops = captions["accuracy_vs_flops"]
     assert "at most 3 per seed" in flops  # initial policy + 2 held-out evals, per seed
-    assert "held-out: Curves that coincide, told apart by line style and marker: lze and lze_full (identical)" in flops
+    assert ("In the held-out panel, curves that coincide, told apart by line style and marker: "
+            "lze and lze_full (identical)") in flops
     clock = captions["accuracy_vs_wallclock"]
     assert "(CPU, 1 torch thread per run)" in clock and "held-out evals run during training excluded" in clock
 

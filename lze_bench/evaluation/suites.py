@@ -87,7 +87,8 @@ class SuiteConfig:
                 f"unknown grading mode {self.grading!r}; use one of {', '.join(GRADING_MODES)}")
         if self.prompt is None:
             return
-        require(self.prompt in PROMPTS, "eval.prompt", f"unknown prompt {self.prompt!r}; use one of {', '.join(PROMPTS)}")
+        require(self.prompt in PROMPTS, "eval.prompt",
+                f"unknown prompt {self.prompt!r}; use one of {', '.join(PROMPTS)}")
         require(self.prompt_template is None, "eval.prompt",
                 f"{self.prompt!r} and eval.prompt_template both set the prompt; set one of them")
         require(self.prompt == "default" or self.use_chat_template, "eval.prompt",

@@ -61,6 +61,7 @@ from lze_bench.grading.grader import GRADING_MODES, MAX_ANSWER_CHARS, Grade, Gra
 from lze_bench.grading.verdicts import fast_verdict, math_verify_verdict, pool_grade
 
 __all__ = [
-    "BOX_COMMANDS", "GOLD_STYLES", "GRADING_MODES", "MAX_ANSWER_CHARS", "MAX_BOX_TRIES", "Grade", "Grader", "extract_answer",
+    "BOX_COMMANDS", "GOLD_STYLES", "GRADING_MODES", "MAX_ANSWER_CHARS", "MAX_BOX_TRIES", "Grade", "Grader",
+    "extract_answer",
     "fast_verdict", "grade_batch", "grade_one", "math_verify_verdict", "normalize_gold", "pool_grade",
 ]

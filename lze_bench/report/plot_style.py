@@ -123,7 +123,8 @@ def seed_mean(ys: np.ndarray) -> np.ndarray:
 
 
 def seed_grid(runs: list[tuple[np.ndarray, np.ndarray]], points: int = 100) -> tuple[np.ndarray, np.ndarray]:
-    """Seeds' (x, y) curves joined linearly and resampled on one grid of x: (grid float[points], ys float[seeds, points]).
+    """Seeds' (x, y) curves joined linearly and resampled on one grid of x:
+    (grid float[points], ys float[seeds, points]).
 
     The grid spans the x range every seed covers, so the mean is never taken over
     a subset of seeds; when the seeds share no range (or there is one seed) it

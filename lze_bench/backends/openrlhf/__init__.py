@@ -139,9 +139,11 @@ class OpenRLHFBackendConfig:
         require(self.kl_estimator in ("k1", "k2", "k3"), "backend.kl_estimator", "use k1, k2 or k3")
         from lze_bench.benchmarks import PROMPTS
 
-        require(self.prompt in PROMPTS, "backend.prompt", f"unknown prompt {self.prompt!r}; use one of {', '.join(PROMPTS)}")
+        require(self.prompt in PROMPTS, "backend.prompt",
+                f"unknown prompt {self.prompt!r}; use one of {', '.join(PROMPTS)}")
         require(self.prompt == "default" or self.apply_chat_template, "backend.prompt",
-                f"{self.prompt!r} puts the instruction in the system turn, which needs backend.apply_chat_template=true")
+                f"{self.prompt!r} puts the instruction in the system turn, "
+                "which needs backend.apply_chat_template=true")
         require(
             self.loss_agg_mode in ("token-mean", "seq-mean-token-mean"),
             "backend.loss_agg_mode", "use token-mean or seq-mean-token-mean",
