@@ -62,15 +62,16 @@ def test_eval_qwen25_math_prompt_and_math_verify_grading(tiny_checkpoint, tmp_pa
     overrides = [f"model={tiny_checkpoint}", f"out_dir={out}", *SMOKE, "eval.benchmarks=[gsm8k]", "limit=1",
                  "eval.max_new_tokens=96", "eval.prompt=qwen25_math", "eval.grading=math_verify"]
     entry = _eval(overrides)[0]
-    assert entry["grading"] == "math_verify" and entry["prompt"] == "qwen25_math"
-    row = json.loads((out / "gsm8k.jsonl").read_text().splitlines()[0])
+    assert entry["settings"]["grading"] == "math_verify" and entry["settings"]["prompt_template"] == "qwen25_math"
+    row = json.loads((out / entry["settings_key"] / "gsm8k.jsonl").read_text().splitlines()[0])
     instruction = "User: Please reason step by step, and put your final answer within \\boxed{}.\nAssistant:"
     problem = json.loads((DATA / "gsm8k" / "test.jsonl").read_text().splitlines()[0])["question"]
     assert row["prompt"] == f"{instruction}User: {problem}\nAssistant:"  # system turn, then the bare problem
     assert row["grade_status"] in ("ok", "no_answer")
-    # the same responses graded the default way: the entries differ only where the modes read answers differently
-    boxed = _eval([o for o in overrides if o != "eval.grading=math_verify"] + [f"out_dir={tmp_path / 'boxed'}"])[0]
-    assert boxed["grading"] == "boxed" and boxed["no_answer"] >= entry["no_answer"]
+    # the same responses graded the default way: another result (settings key) beside the first
+    boxed = _eval([o for o in overrides if o != "eval.grading=math_verify"])[0]
+    assert boxed["settings"]["grading"] == "boxed" and boxed["settings_key"] != entry["settings_key"]
+    assert (out / boxed["settings_key"] / "gsm8k.jsonl").exists() and (out / entry["settings_key"]).is_dir()
 
 
 def test_system_turn_without_chat_template_is_refused(tiny_checkpoint):

@@ -44,11 +44,14 @@ def make_run(root: Path, selector: str, seed: int, config: str = CPU_CONFIG, gra
         ledger.append(row)
         rollouts.append(step, [{"step": step, "prompt_id": i, "rewards": [1.0, 0.0], "response_tokens": [5, 5],
                                 "kept": True} for i in range(2)])
-    if grading is not None:
+    if grading is not None:  # evals.parquet rows (ledger.EVAL_COLUMNS), one settings key
         append_eval_rows(run_dir, [
             {"step": s, "checkpoint": f"step_{s:06d}", "benchmark": "gsm8k", "num_problems": 10,
              "samples_per_problem": 1, "accuracy": acc, "ci_low": 0.0, "ci_high": 1.0, "pass_at_k": acc,
-             "maj_at_k": acc, "k": 1, "grading": grading, "prompt_template": "default"}
+             "maj_at_k": acc, "k": 1, "suite": "math_suite", "settings_key": "cccccccccccc", "split": "",
+             "temperature": 0.0, "top_p": 1.0, "max_new_tokens": 64, "limit": 10, "seed": 0,
+             "prompt_template": "qwen25_math", "chat_template": True, "grading": grading, "generation_backend": "hf",
+             "cum_flops": float("nan")}
             for s, acc in ((0, 0.1), (4, 0.3))])
     mark_done(run_dir, {"stopped_by": "budget", "flop_budget": 400.0})
     return run_dir
@@ -105,8 +108,9 @@ def test_rl_curves_draw_what_the_ledgers_measured_and_say_what_is_left_out(cpu_r
 
 def test_report_says_which_grading_and_prompt_evals_used(cpu_report):
     text = (cpu_report / "report.md").read_text()
-    assert ("gsm8k: graded by math-verify's extraction from the whole response" in text
-            and "(`eval.grading=math_verify`), prompt the problem, then the CoT instruction, in one user turn" in text)
+    assert ("Grading and prompts: gsm8k: answers read from math-verify's extraction from the whole response" in text
+            and "(`grading=math_verify`), prompt Qwen2.5-Math's convention (the CoT instruction as the system turn)."
+            in text)
 
 
 def test_accuracy_markers_sit_only_at_measured_evals():
