@@ -92,7 +92,8 @@ def test_every_figure_is_written_and_captioned(cpu_report):
 def test_accuracy_captions_count_measured_evals_and_name_coinciding_curves(cpu_report):
     captions = _captions((cpu_report / "report.md").read_text())
     flops = captions["accuracy_vs_flops"]
-    assert "at most 3 per seed" in flops  # initial policy + 2 held-out evals, per seed
+    # per seed: initial policy + 2 held-out evals; gsm8k checkpoints 0 and 4
+    assert "(per seed at most 3 in the held-out panel, 2 in the gsm8k panel)" in flops
     assert ("In the held-out panel, curves that coincide, told apart by line style and marker: "
             "lze and lze_full (identical)") in flops
     clock = captions["accuracy_vs_wallclock"]

@@ -48,7 +48,8 @@ GRADING_TEXT = {
                    "sentence such as \"The answer is 18.\" or \"#### 18\", else the last expression)",
 }
 PROMPT_TEXT = {
-    "default": "the problem, then the CoT instruction, in one user turn",
+    "default": "each benchmark's own template in one user turn (the math benchmarks: the problem, then the CoT "
+               "instruction)",
     "qwen25_math": "Qwen2.5-Math's convention (the CoT instruction as the system turn)",
 }
 

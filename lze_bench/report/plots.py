@@ -53,8 +53,7 @@ def accuracy_curves(points: pd.DataFrame, x: str, x_label: str, name: str, style
     notes, evals = [], {}
     for ax, bench in zip(axes.flat, benches):
         means = accuracy_panel(ax, points[points["benchmark"] == bench], x, styles)
-        for label, count in means.pop("_evals").items():
-            evals[label] = max(evals.get(label, 0), count)
+        evals["held-out" if bench == "heldout" else bench] = max(means.pop("_evals").values())
         if targets and bench in targets:
             ax.axhline(100 * targets[bench], color="#4d4d4d", linestyle="--", linewidth=0.8, label="target")
         if vline:
@@ -68,12 +67,12 @@ def accuracy_curves(points: pd.DataFrame, x: str, x_label: str, name: str, style
     for ax in list(axes.flat)[len(benches):]:
         ax.set_visible(False)
     legend_below(fig, axes.flat[0])
-    counts = (f"{evals.popitem()[1]}" if len(set(evals.values())) == 1
-              else ", ".join(f"{label} {n}" for label, n in evals.items()))
+    counts = (f"{evals.popitem()[1]}" if len(evals) == 1
+              else ", ".join(f"{n} in the {panel} panel" for panel, n in evals.items()))
     panels = ", ".join("held-out" if b == "heldout" else b for b in benches)
     caption = (f"Accuracy against {what}; one panel per benchmark ({panels}); {BAND_TEXT}. "
                "Each seed's evals are joined linearly and averaged where every seed has a value. Markers sit only "
-               f"at measured evals, one per seed and eval, the initial policy included (at most {counts} per seed)."
+               f"at measured evals, one per seed and eval, the initial policy included (per seed at most {counts})."
                + (" Dashed: Table 2's target accuracy (seed mean)." if targets else "")
                + (" Dotted: the FLOP budget." if vline else "") + "".join(" " + n for n in notes)
                + (f" {extra}" if extra else ""))
