@@ -18,10 +18,33 @@ slices there name the full files' origin; design.md "Data"); hub ids are the usu
 Hub field names were taken from public loaders, not checked against the hub
 here (no network): a mismatch fails at load with the field named.
 
-The default prompt is the Qwen2.5-Math / DeepSeek-R1 convention: the problem,
-then "Please reason step by step, and put your final answer within \\boxed{}."
-The instruction comes last so that truncating a long prompt from the left
-(lze_bench/evaluation/generation.py) keeps it.
+Prompt conventions (PROMPTS; `eval.prompt`, and `backend.prompt` on the OpenRLHF path):
+- `default`: one user turn, the problem, then "Please reason step by step, and
+  put your final answer within \\boxed{}." (the benchmark's prompt_template).
+  The sentence is Qwen2.5-Math's chain-of-thought instruction, placed in the
+  user turn as DeepSeek-R1's usage recommendations put it (no system prompt;
+  Qwen2.5-Math's evaluation prompt "qwen-boxed" has the same user turn after a
+  generic system turn). It comes last, so that truncating a long prompt from
+  the left (lze_bench/evaluation/generation.py) keeps it;
+- `qwen25_math`: Qwen2.5-Math's own convention (QwenLM/Qwen2.5-Math README,
+  `evaluation/utils.py` prompt type "qwen25-math-cot"): that sentence as the
+  system turn, the bare problem as the user turn. It needs a chat template;
+  a prompt longer than the context window loses this turn first (generation.py
+  truncates from the left), so it is for models with room for their prompts.
+
+Sources and licences where ours differ from lighteval's copies (lighteval
+`src/lighteval/tasks/tasks/`: gsm8k openai/gsm8k "main", math_500
+HuggingFaceH4/MATH-500, aime24 HuggingFaceH4/aime_2024, aime25
+yentinglin/aime_2025 split "train"; no AMC task):
+- aime25: the hub id here is MathArena/aime_2025, licensed CC BY-NC-SA 4.0
+  (non-commercial, share-alike); lighteval reads yentinglin/aime_2025, another
+  copy of the same 30 problems. The local file (microsoft/G-KV) has no
+  licence file; its answers agree with MathArena's (SOURCE.md);
+- amc23: math-ai/amc23 on the hub; locally Qwen2.5-Math's evaluation file (MIT);
+- aime24: locally Qwen2.5-Math's evaluation file (MIT); the hub id is lighteval's;
+- gsm8k (MIT) and math500 (MIT, PRM800K's test split): the same data as lighteval's.
+AIME and AMC problems are (c) MAA. Local files' origins and licences are in
+each SOURCE.md; hub licences are as their dataset cards state them.
 """
 
 from __future__ import annotations
@@ -30,7 +53,9 @@ from dataclasses import dataclass, field
 
 from lze_bench.registry import BENCHMARKS
 
-DEFAULT_PROMPT = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
+COT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+DEFAULT_PROMPT = "{problem}\n" + COT_INSTRUCTION.replace("{}", "{{}}")
+PROMPTS = ("default", "qwen25_math")  # prompt conventions; see the module docstring
 
 
 @dataclass(frozen=True)
@@ -51,6 +76,24 @@ class BenchmarkSpec:
 
     def prompt(self, problem: str, template: str | None = None) -> str:
         return (template or self.prompt_template).format(problem=problem)
+
+    def messages(self, problem: str, template: str | None = None, prompt: str | None = None) -> list[dict]:
+        """Chat turns for `problem` under prompt convention `prompt` (PROMPTS; None = "default").
+
+        default: one user turn, `template` (else the benchmark's prompt_template) filled in;
+        qwen25_math: COT_INSTRUCTION as the system turn, the bare problem (or `template`) as the user turn.
+        """
+        return chat_messages(problem, template or self.prompt_template, prompt)
+
+
+def chat_messages(problem: str, template: str = DEFAULT_PROMPT, prompt: str | None = None) -> list[dict]:
+    """Chat turns of one problem (BenchmarkSpec.messages); `template` fills the user turn under "default"."""
+    if prompt in (None, "default"):
+        return [{"role": "user", "content": template.format(problem=problem)}]
+    if prompt == "qwen25_math":
+        user = problem if template in (DEFAULT_PROMPT, "{problem}") else template.format(problem=problem)
+        return [{"role": "system", "content": COT_INSTRUCTION}, {"role": "user", "content": user}]
+    raise ValueError(f"unknown prompt {prompt!r} (choices: {', '.join(PROMPTS)})")
 
 
 def register(spec: BenchmarkSpec) -> BenchmarkSpec:

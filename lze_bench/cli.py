@@ -124,11 +124,13 @@ def grade(
     out: Optional[Path] = typer.Option(None, "--out", help="Write graded rows here (JSONL)."),
     timeout_s: float = typer.Option(5.0, "--timeout", help="Seconds allowed per answer; a timeout counts wrong."),
     workers: int = typer.Option(0, "--workers", help="Grading processes (0 = one per core)."),
+    grading: str = typer.Option("boxed", "--grading", help="How answers are read: boxed (the last \\boxed{}) or "
+                                "math_verify (math-verify reads the whole response, as lighteval does)."),
 ):
     """Re-grade a predictions file with the one grading function and print the accuracy."""
     from lze_bench.evaluation import grade_file as grading_file
 
-    grading_file.grade_file(predictions, out, timeout_s=timeout_s, workers=workers)
+    grading_file.grade_file(predictions, out, timeout_s=timeout_s, workers=workers, mode=grading)
 
 
 class OverridesOrCommandGroup(TyperGroup):

@@ -57,6 +57,32 @@ def test_eval_one_checkpoint_on_all_four_benchmarks(tiny_checkpoint, tmp_path):
     assert (out / "summary.csv").read_text().splitlines()[0].startswith("benchmark,checkpoint,step")
 
 
+def test_eval_qwen25_math_prompt_and_math_verify_grading(tiny_checkpoint, tmp_path):
+    out = tmp_path / "out"
+    overrides = [f"model={tiny_checkpoint}", f"out_dir={out}", *SMOKE, "eval.benchmarks=[gsm8k]", "limit=1",
+                 "eval.max_new_tokens=96", "eval.prompt=qwen25_math", "eval.grading=math_verify"]
+    entry = _eval(overrides)[0]
+    assert entry["settings"]["grading"] == "math_verify" and entry["settings"]["prompt_template"] == "qwen25_math"
+    row = json.loads((out / entry["settings_key"] / "gsm8k.jsonl").read_text().splitlines()[0])
+    instruction = "User: Please reason step by step, and put your final answer within \\boxed{}.\nAssistant:"
+    problem = json.loads((DATA / "gsm8k" / "test.jsonl").read_text().splitlines()[0])["question"]
+    assert row["prompt"] == f"{instruction}User: {problem}\nAssistant:"  # system turn, then the bare problem
+    assert row["grade_status"] in ("ok", "no_answer")
+    # the same responses graded the default way: another result (settings key) beside the first
+    boxed = _eval([o for o in overrides if o != "eval.grading=math_verify"])[0]
+    assert boxed["settings"]["grading"] == "boxed" and boxed["settings_key"] != entry["settings_key"]
+    assert (out / boxed["settings_key"] / "gsm8k.jsonl").exists() and (out / entry["settings_key"]).is_dir()
+
+
+def test_system_turn_without_chat_template_is_refused(tiny_checkpoint):
+    from lze_bench.benchmarks import chat_messages
+    from lze_bench.evaluation.generation import Sampling
+
+    generator = load_generator(str(tiny_checkpoint), use_chat_template=False)
+    with pytest.raises(LzeBenchError, match="a system turn needs a chat template"):
+        generator.generate([chat_messages("1+1?", prompt="qwen25_math")], Sampling(max_new_tokens=1))
+
+
 def _make_run(tmp_path: Path, checkpoint: Path) -> Path:
     from lze_bench.ledger import LEDGER_COLUMNS, Ledger
     from lze_bench.rundir import checkpoint_dir, mark_checkpoint_complete
@@ -87,6 +113,7 @@ def test_eval_run_appends_ledger_rows_and_resumes(tiny_checkpoint, tmp_path):
     assert sorted(set(evals["step"])) == [0, 2]
     assert {"accuracy", "ci_low", "pass_at_k", "maj_at_k", "k"} <= set(evals.columns)
     assert set(evals["k"]) == {2}
+    assert set(evals["grading"]) == {"boxed"} and set(evals["prompt_template"]) == {"default"}
     flops = dict(zip(evals["step"], evals["cum_flops"]))
     assert flops[0] == 0.0 and flops[2] == 3000.0  # rows 0 and 1: 1000 + 2000
     jsonl = run / "evals" / "step_000002" / evals["settings_key"].iloc[0] / "aime25.jsonl"
@@ -154,6 +181,10 @@ def test_vllm_and_cuda_fail_with_one_line(tiny_checkpoint):
         (["model=/x", "eval=smoke", "eval.ks=[3]"], "eval.ks: each k must be in [1, n_samples=2]"),
         (["model=/x", "generation.backend=tgi"], "generation.backend: use one of hf, vllm"),
         (["model=/x", "eval=mathsuite"], "did you mean 'math_suite'"),
+        (["model=/x", "eval.grading=lighteval"], "eval.grading: unknown grading mode 'lighteval'"),
+        (["model=/x", "eval.prompt=qwen"], "eval.prompt: unknown prompt 'qwen'; use one of default, qwen25_math"),
+        (["model=/x", "eval.prompt=qwen25_math", "eval.use_chat_template=false"], "needs eval.use_chat_template=true"),
+        (["model=/x", "eval.prompt=qwen25_math", "eval.prompt_template='Q: {problem}'"], "set one of them"),
     ],
 )
 def test_bad_eval_config_is_one_line(overrides, message):

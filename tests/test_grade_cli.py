@@ -34,6 +34,20 @@ def test_grade_prints_accuracy_and_keeps_fields(tmp_path):
     assert graded[0]["extracted"] == "10,000" and graded[0]["model"] == "m1" and graded[0]["id"] == "a"
 
 
+def test_grade_math_verify_reads_answers_without_a_box(tmp_path):
+    predictions, out = tmp_path / "preds.jsonl", tmp_path / "graded.jsonl"
+    _write(predictions, ROWS + [{"id": "f", "response": "9 * 2 = 18\n#### 18", "gold": "18", "model": "m1"}])
+    args = ["grade", str(predictions), "--out", str(out), "--workers", "1", "--grading", "math_verify"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "accuracy: 0.8333 (5/6)" in result.output and "no answer 0 (grading math_verify)" in result.output
+    graded = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [g["correct"] for g in graded] == [True, True, True, True, False, True]
+    assert graded[2]["extracted"] == "27" and graded[5]["extracted"] == "18"
+    bad = CliRunner().invoke(app, ["grade", str(predictions), "--grading", "lighteval"])
+    assert bad.exit_code == 2 and "--grading: unknown grading mode 'lighteval'" in bad.output
+
+
 def test_grade_without_out_only_prints(tmp_path):
     predictions = tmp_path / "preds.jsonl"
     _write(predictions, ROWS[:2])

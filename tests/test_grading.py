@@ -4,6 +4,9 @@ Cases: tests/data/grading_cases.jsonl, each naming a real benchmark row
 (<file> of the full benchmark, 1-based line; the row is in the slice
 tests/data/<file>) whose gold answer it grades against, plus a hand-labelled
 model-style response (equivalent forms and wrong ones).
+`correct` is the label under grading mode "boxed" (the default);
+`correct_math_verify`, where present, the label under mode "math_verify"
+(math-verify reads the whole response), else the same as `correct`.
 """
 
 from __future__ import annotations
@@ -40,6 +43,38 @@ def test_case_gold_is_the_real_benchmark_answer(case, benchmark_line):
 def test_grade_one_matches_label(case):
     grade = grade_one(case["response"], case["gold"])
     assert grade.correct is case["correct"], grade
+
+
+def _label(case: dict, mode: str) -> bool:
+    return case.get("correct_math_verify", case["correct"]) if mode == "math_verify" else case["correct"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_grade_one_math_verify_mode_matches_label(case):
+    grade = grade_one(case["response"], case["gold"], mode="math_verify")
+    assert grade.correct is _label(case, "math_verify"), grade
+
+
+def test_math_verify_mode_reads_sentence_and_hash_answers_that_boxed_does_not():
+    for response in ("She sells 9 eggs at $2 each. The answer is 18.", "9 * 2 = <<9*2=18>>18\n#### 18"):
+        assert grade_one(response, "18") == Grade(False, None, "no_answer")
+        assert grade_one(response, "18", mode="math_verify") == Grade(True, "18", "ok")
+    assert grade_one("I have no idea.", "18", mode="math_verify") == Grade(False, None, "no_answer")
+
+
+def test_grader_math_verify_mode_matches_labels_through_the_pool():
+    with Grader(timeout_s=5.0, workers=2, mode="math_verify") as pooled:
+        grades = pooled.grade([c["response"] for c in CASES], [c["gold"] for c in CASES])
+        stats = dict(pooled.stats)
+    wrong = [(c["form"], c["gold"], g) for c, g in zip(CASES, grades) if g.correct is not _label(c, "math_verify")]
+    assert not wrong
+    assert stats["pool"] > 0 and stats["fast"] == 0  # the whole response is parsed in the pool, never in-process
+    assert stats["no_answer"] == sum(g.status == "no_answer" for g in grades)
+
+
+def test_unknown_grading_mode_is_refused():
+    with pytest.raises(ValueError, match="grading mode 'boxd'.*boxed, math_verify"):
+        Grader(mode="boxd")
 
 
 @pytest.fixture(scope="module")

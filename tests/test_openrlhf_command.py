@@ -162,6 +162,19 @@ def test_invariants_fail_with_one_line(tmp_path, extra, message):
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["backend.prompt=qwen"], "backend.prompt: unknown prompt 'qwen'; use one of default, qwen25_math"),
+        (["backend.prompt=qwen25_math", "backend.apply_chat_template=false"], "needs backend.apply_chat_template=true"),
+    ],
+)
+def test_bad_prompt_convention_fails_at_composition_with_one_line(extra, message):
+    with pytest.raises(LzeBenchError) as info:
+        compose("train", recipe_overrides() + extra)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
 def test_extra_args_pass_through_verbatim(tmp_path):
     cfg = compose("train", recipe_overrides(extra=["backend.extra_args=[--actor.entropy_coef,0.0]"]))
     flags = openrlhf_flags(cfg, RunPaths(tmp_path))

@@ -223,6 +223,9 @@ def test_controller_loop_on_deepspeed(world, selector, zero_stage):
         for record in (mine, theirs):  # one optimizer step per update, on its last micro-batch, on every rank
             assert record["global_steps"] == [u] * (count - 1) + [u + 1]
         assert mine["weights"] == theirs["weights"], f"ranks hold different weights after update {u + 1}"
+    # update diagnostics from the real actor's status (policy_loss, ppo_clip_ratio, actor_grad_norm); no KL term
+    assert updating["loss"].notna().all() and updating["grad_norm"].gt(0).all()
+    assert updating["clip_frac"].between(0, 1).all() and ledger["kl"].isna().all()
     rollouts = read_rollouts(run)
     if selector == "dapo":  # dynamic sampling trains informative groups only
         assert all(max(r) > min(r) for r in rollouts[rollouts["kept"]]["rewards"])

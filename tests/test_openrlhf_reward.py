@@ -110,6 +110,12 @@ def test_prompts_file_round_trip(tmp_path):
     assert parse_label(records[1]["label"]) == (1, "4")
     with pytest.raises(LzeBenchError, match="ids 0..N-1"):
         write_prompts(list(reversed(rows)), path)
+    write_prompts(rows, path, prompt="qwen25_math")  # Qwen2.5-Math's own: the instruction as the system turn
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert records[1]["input"] == [
+        {"role": "system", "content": "Please reason step by step, and put your final answer within \\boxed{}."},
+        {"role": "user", "content": "2+2?"},
+    ]
 
 
 def test_task_without_local_copy_says_what_to_do(tmp_path):

@@ -207,6 +207,20 @@ def test_ledger_row_hand_computed_flops():
     assert with_ref["flops_logprob"] == 2 * 7872 and with_ref["flops_train"] == 2 * 3 * 7872
 
 
+def test_ledger_row_update_diagnostics_from_openrlhf_status():
+    flops = FlopModel(matmul_params=100, n_layer=2, d_attn=8)
+    # keys of OpenRLHF 0.11.2's actor status (PolicyModelActor.fit / training_step)
+    status = {**STATUS, "policy_loss": -0.02, "ppo_clip_ratio": 0.125, "actor_grad_norm": 3.5, "kl": 0.004,
+              "ppo_kl": 1e-5, "actor_lr": 1e-6}
+    row = ledger_row(hand_record(), status, flops, ppo_epochs=1, reference_pass=True)
+    assert (row["loss"], row["clip_frac"], row["grad_norm"], row["kl"]) == (-0.02, 0.125, 3.5, 0.004)
+    bare = ledger_row(hand_record(), STATUS, flops, ppo_epochs=1, reference_pass=False)  # no update reported, no KL
+    assert all(np.isnan(bare[key]) for key in ("loss", "clip_frac", "grad_norm", "kl"))
+    # without a reference model OpenRLHF still reports kl = 0 (make_experience's zeros): not a measurement
+    no_reference = ledger_row(hand_record(), status, flops, ppo_epochs=1, reference_pass=False)
+    assert np.isnan(no_reference["kl"]) and no_reference["clip_frac"] == 0.125
+
+
 def recipe_cfg(run_dir, steps=3, every=2):
     spec = yaml.safe_load(RECIPE.read_text())
     return compose("train", [*spec["overrides"], "selector=lze", "seed=0", f"run_dir={run_dir}",

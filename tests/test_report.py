@@ -206,7 +206,8 @@ def test_report_files(runs_root, tmp_path):
     runs = pd.read_csv(out / "runs.csv")
     assert len(runs) == 6 and set(runs["stopped_by"]) == {"budget", "steps"}
     assert pd.read_csv(out / "reach.csv")["flops_to_target"].dropna().round(6).tolist().count(720) == 3
-    for fig in ("accuracy_vs_flops", "flops_by_phase", "kept_fraction", "pass_rate_distribution", "zero_variance"):
+    for fig in ("accuracy_vs_flops", "accuracy_vs_wallclock", "rl_curves", "flops_by_phase", "kept_fraction",
+                "pass_rate_distribution"):
         assert (out / f"{fig}.png").stat().st_size > 5000 and (out / f"{fig}.pdf").read_bytes()[:4] == b"%PDF"
     text = (out / "report.md").read_text()
     assert "![flops_by_phase](flops_by_phase.png)" in text and "lze seed 0, lze seed 1" in text

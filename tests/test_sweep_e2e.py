@@ -55,5 +55,6 @@ def test_micro_sweep_then_report(tmp_path):
         row = next(line for line in table2.splitlines() if line.startswith(f"| held-out | {label} |"))
         reached = int(t2.loc[("heldout", label), "reached"])
         assert ("not reached" in row) == (reached == 0)
-    for fig in ("accuracy_vs_flops", "flops_by_phase", "kept_fraction", "pass_rate_distribution", "zero_variance"):
+    for fig in ("accuracy_vs_flops", "accuracy_vs_wallclock", "rl_curves", "flops_by_phase", "kept_fraction",
+                "pass_rate_distribution"):
         assert (out / f"{fig}.png").exists() and (out / f"{fig}.pdf").exists()

@@ -258,6 +258,8 @@ def test_kl_reference_pass_and_ppo_epochs_are_booked(tmp_path, cache_dir):
     assert row["flops_logprob"] > 0 and row["flops_train"] == 2 * 3 * (row["flops_logprob"] // 2)
     assert row["flops_logprob"] % 2 == 0
     assert row["trained_tokens"] == 2 * (row["prompt_tokens"] + row["generated_tokens"])
+    # update diagnostics (ledger extras): the KL to the reference is measured, k3 >= 0
+    assert row["kl"] >= 0 and 0 <= row["clip_frac"] <= 1 and row["grad_norm"] >= 0 and np.isfinite(row["loss"])
 
 
 def test_flop_budget_stops_at_the_first_step_reaching_it_and_resumes_exactly(tmp_path, cache_dir):
@@ -269,6 +271,7 @@ def test_flop_budget_stops_at_the_first_step_reaching_it_and_resumes_exactly(tmp
     ok(train(reference, cache_dir, "trainer.steps=4", "trainer.eval_every=0"))
     cum = read_ledger(reference)["cum_flops"].to_numpy()
     assert read_ledger(reference)["flops_logprob"].gt(0).all()  # the default books the old-log-prob pass
+    assert read_ledger(reference)["kl"].isna().all()  # kl_coef = 0: no reference policy, no KL measured
     budget, every = float(cum[1]) + 1.0, float(cum[0]) * 0.75  # step 2 is the first to reach the budget
     args = ["trainer.steps=10", f"trainer.flop_budget={budget!r}", f"trainer.eval_every_flops={every!r}",
             "trainer.eval_every=0", "trainer.checkpoint_every=0", f"trainer.checkpoint_every_flops={every!r}"]

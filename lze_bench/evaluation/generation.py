@@ -3,9 +3,12 @@
     gen = load_generator(path, backend="hf", device="cpu", dtype="auto", batch_size=8)
     results = gen.generate(user_messages, Sampling(n=1, temperature=0.0, ...))  # one PromptResult each
 
-Prompts: the tokenizer's chat template renders each message as one user turn
-(with the generation prompt) when it has one and `use_chat_template` is set;
-otherwise the message is the prompt as is (BOS added by the tokenizer).
+Prompts: a message is a string (one user turn) or a list of chat turns
+({role, content}; lze_bench.benchmarks.chat_messages). The tokenizer's chat
+template renders the turns (with the generation prompt) when it has one and
+`use_chat_template` is set; otherwise a single user turn is the prompt as is
+(BOS added by the tokenizer), and turns with a system message are refused:
+there is no honest way to render them without a template.
 
 Context window (choice; tiny checkpoints have max_position_embeddings ~256):
 with C the model's context, L the longest prompt of a batch and M the
@@ -80,12 +83,14 @@ class _Base:
         self.generated_tokens = 0
         self.generate_s = 0.0
 
-    def render(self, message: str) -> str:
+    def render(self, message: str | list[dict]) -> str:
+        turns = [{"role": "user", "content": message}] if isinstance(message, str) else list(message)
         if self.chat:
-            return self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
-            )
-        return message
+            return self.tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+        if len(turns) != 1 or turns[0]["role"] != "user":
+            raise LzeBenchError("eval.prompt: a system turn needs a chat template, and this model's tokenizer has "
+                                "none (or eval.use_chat_template=false); use eval.prompt=default")
+        return turns[0]["content"]
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=not self.chat)["input_ids"])

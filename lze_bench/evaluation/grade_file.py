@@ -4,7 +4,9 @@ Rows are JSON objects with `response` (the model's full text) and `gold` (a
 string or number; normalized with style "auto": `#### 72` -> 72, `27.0` ->
 27). Other fields are kept; each output row gains `extracted`, `correct` and
 `grade_status`. So the outputs of other harnesses are graded exactly like our
-own evals and training rewards. The accuracy (and counts of timeouts, errors
+own evals and training rewards; `--grading math_verify` reads answers the way
+lighteval does (lze_bench.grading.math_verify_extraction) instead of from the
+last `\\boxed{}`. The accuracy (and counts of timeouts, errors
 and answers without a box) is printed; with `--out` the graded rows are
 written atomically. A malformed row fails with the file, line and field.
 """
@@ -47,17 +49,20 @@ def _check_gold(gold, where: str) -> None:
         raise LzeBenchError(f"{where}: field 'gold': {exc}") from None
 
 
-def grade_file(path: Path, out: Path | None = None, *, timeout_s: float = 5.0, workers: int = 0) -> dict:
+def grade_file(path: Path, out: Path | None = None, *, timeout_s: float = 5.0, workers: int = 0,
+               mode: str = "boxed") -> dict:
     """Grade every row; print and return {graded, correct, accuracy, timeouts, errors, no_answer}."""
     import typer
 
-    from lze_bench.grading import Grader
+    from lze_bench.grading import GRADING_MODES, Grader
     from lze_bench.rundir import atomic_write_text
 
+    if mode not in GRADING_MODES:
+        raise LzeBenchError(f"--grading: unknown grading mode {mode!r}; use one of {', '.join(GRADING_MODES)}")
     rows = read_predictions(Path(path))
     if timeout_s <= 0:
         raise LzeBenchError(f"--timeout must be > 0, got {timeout_s}")
-    with Grader(timeout_s=timeout_s, workers=workers) as grader:
+    with Grader(timeout_s=timeout_s, workers=workers, mode=mode) as grader:
         grades = grader.grade([r["response"] for r in rows], [r["gold"] for r in rows])
     statuses = [g.status for g in grades]
     correct = sum(g.correct for g in grades)
@@ -74,6 +79,7 @@ def grade_file(path: Path, out: Path | None = None, *, timeout_s: float = 5.0, w
         atomic_write_text(out, buffer.getvalue())
     typer.echo(
         f"accuracy: {result['accuracy']:.4f} ({correct}/{len(rows)}); timeouts {result['timeouts']}, "
-        f"errors {result['errors']}, no boxed answer {result['no_answer']}" + (f"; graded rows: {out}" if out else "")
+        f"errors {result['errors']}, {'no boxed answer' if mode == 'boxed' else 'no answer'} {result['no_answer']}"
+        + (f" (grading {mode})" if mode != "boxed" else "") + (f"; graded rows: {out}" if out else "")
     )
     return result

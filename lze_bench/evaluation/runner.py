@@ -152,7 +152,9 @@ def evaluate_targets(targets: list[Target], options, settings: dict, data: dict,
     from lze_bench.grading import Grader
 
     entries: list[dict] = []
-    with Grader(timeout_s=options.grading.timeout_s, workers=options.grading.workers) as grader, _progress(show) as progress:
+    grading = options.grading
+    with Grader(timeout_s=grading.timeout_s, workers=grading.workers, mode=options.eval.grading) as grader, \
+            _progress(show) as progress:
         for target in targets:
             done = evaluate_target(target, options, settings, data, grader, progress)
             entries += done
@@ -195,7 +197,7 @@ def evaluate_benchmark(name: str, rows: list[dict], target: Target, folder: Path
 
     suite = options.eval
     spec = get_spec(name)
-    messages = [spec.prompt(row["problem"], suite.prompt_template) for row in rows]
+    messages = [spec.messages(row["problem"], suite.prompt_template, suite.prompt) for row in rows]
     seed = settings["seed"] * 1_000_003 + zlib.crc32(name.encode())  # per benchmark: resumable and independent
     sampling = Sampling(suite.n_samples, suite.temperature, suite.top_p, suite.max_new_tokens, seed % 2**31)
     task = progress.add_task(f"{target.checkpoint[-40:]} {name}", total=len(rows))

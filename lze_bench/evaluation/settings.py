@@ -15,7 +15,7 @@ kept side by side (in `evals.parquet` and under `evals/<checkpoint>/<key>/`):
     limit            `limit`, else eval.limit (0 = all)      0
     prompt_template  template name (see `template_name`)     "default"
     chat_template    eval.use_chat_template                  true
-    grading          eval.grading when the suite has it      "boxed"
+    grading          eval.grading (boxed | math_verify)      "boxed"
     seed             `seed` (eval.seed when the suite has it) 0
 
 `settings_key` is the first 12 hex digits of the SHA-256 of these fields as
@@ -29,9 +29,10 @@ Choices where the sources are silent:
   (BenchmarkSpec.prompt_template: the problem, then "Please reason step by
   step, and put your final answer within \\boxed{}." in one user turn); a
   literal `eval.prompt_template` string is "custom-<8 hex of its SHA-256>";
-  a suite field `prompt` (a named template), when the schema has one, wins;
-- `grading` is "boxed" (the last \\boxed{} of a response, lze_bench.grading)
-  unless the suite schema has a `grading` field;
+  `eval.prompt` (a named convention, lze_bench.benchmarks.PROMPTS, e.g.
+  "qwen25_math"; exclusive with a literal template) is its own name;
+- `grading` is `eval.grading`: "boxed" (the last \\boxed{} of a response) or
+  "math_verify" (math-verify reads the whole response; lze_bench.grading);
 - `ks` is in the key although it only changes which metrics are computed from
   the same samples: a re-run asking for other k must compute them.
 """

@@ -13,6 +13,9 @@ Choices where the sources are silent:
 - pass@k and maj@k are computed for every k in `eval.ks` (k <= n_samples); the
   ledger's single `k` column holds the largest;
 - `limit=N` (top level, for smoke runs) wins over the suite's `eval.limit`;
+- `eval.prompt` (a named convention) and `eval.prompt_template` (a literal
+  user-turn template) are exclusive, so a result names one prompt; `grading`
+  defaults to `boxed`, the rule training rewards use, so eval and reward agree;
 - the default model preset is `tiny`, which has no weights to evaluate: pass
   `model=PATH_OR_HF_ID` or `run=RUN_DIR` (run_eval says so in one line).
 """
@@ -45,7 +48,13 @@ class SuiteConfig:
     ks: List[int] = field(default_factory=lambda: [1])  # pass@k / maj@k for each k
     limit: Optional[int] = None  # first N problems of each benchmark (smoke runs)
     prompt_template: Optional[str] = None  # null: each benchmark's own template ({problem})
+    # prompt convention (lze_bench.benchmarks.PROMPTS): null = "default" (the benchmark's template in one
+    # user turn); qwen25_math = the CoT instruction as the system turn (Qwen2.5-Math's own; needs a chat template)
+    prompt: Optional[str] = None
     use_chat_template: bool = True  # when the tokenizer has one
+    # how answers are read (lze_bench.grading.GRADING_MODES): boxed = the last \boxed{} (as training rewards);
+    # math_verify = math-verify parses the whole response, as lighteval does ("The answer is 18.", "#### 18")
+    grading: str = "boxed"
 
     def __post_init__(self):
         from lze_bench.data import get_spec
@@ -68,6 +77,22 @@ class SuiteConfig:
             require(self.limit >= 1, "eval.limit", f"must be >= 1 or null, got {self.limit}")
         if self.prompt_template is not None:
             require("{problem}" in self.prompt_template, "eval.prompt_template", "must contain {problem}")
+        self._check_conventions()
+
+    def _check_conventions(self) -> None:
+        from lze_bench.benchmarks import PROMPTS
+        from lze_bench.grading import GRADING_MODES
+
+        require(self.grading in GRADING_MODES, "eval.grading",
+                f"unknown grading mode {self.grading!r}; use one of {', '.join(GRADING_MODES)}")
+        if self.prompt is None:
+            return
+        require(self.prompt in PROMPTS, "eval.prompt",
+                f"unknown prompt {self.prompt!r}; use one of {', '.join(PROMPTS)}")
+        require(self.prompt_template is None, "eval.prompt",
+                f"{self.prompt!r} and eval.prompt_template both set the prompt; set one of them")
+        require(self.prompt == "default" or self.use_chat_template, "eval.prompt",
+                f"{self.prompt!r} puts the instruction in the system turn, which needs eval.use_chat_template=true")
 
 
 @dataclass

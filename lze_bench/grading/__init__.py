@@ -3,15 +3,20 @@
 Interface (stable; every backend and `lze-bench eval`/`grade` use it):
 
     extract_answer(response) -> str | None      the last complete \\boxed{...}
-    grade_one(response, gold) -> Grade           in-process verdict (no pool)
-    grade_batch(responses, golds, timeout_s=, workers=) -> list[Grade]
-    Grader(timeout_s=, workers=)                 a reusable pool (context manager)
+    grade_one(response, gold, mode=) -> Grade    in-process verdict (no pool)
+    grade_batch(responses, golds, timeout_s=, workers=, mode=) -> list[Grade]
+    Grader(timeout_s=, workers=, mode=)          a reusable pool (context manager)
     normalize_gold(value, style)                 dataset gold -> the string graded against
+
+`mode` (GRADING_MODES) says how the answer is read: "boxed" (default; the
+only mode training rewards use) or "math_verify" (math_verify_extraction.py:
+math-verify's own parse of the whole response, as lighteval grades, for
+evals of base models and GSM8K-style "The answer is 18." / "#### 18").
 
 A timeout or a parser error counts as wrong, is recorded in `Grade.status`
 (ok | no_answer | timeout | error) and logged, never raised (design.md "Grading").
 
-How a batch is graded (`Grader.grade`), cheapest first:
+How a batch is graded (`Grader.grade`, mode "boxed"), cheapest first:
 1. extraction (`extract_answer`), linear in the response length;
 2. a verdict cache keyed by (gold, answer): RL groups repeat answers;
 3. the exact fast path (`fast_verdict`, verdicts.py):
@@ -37,7 +42,8 @@ repeats an adversarial answer does not pay the timeout n times).
 
 Modules, each below the one that uses it:
 
-    extraction.py   response -> answer string (strict \\boxed{}); other extraction rules go beside it
+    extraction.py   response -> answer string (strict \\boxed{}): mode "boxed"
+    math_verify_extraction.py   mode "math_verify": math-verify parses the whole response (pool only)
     gold.py         dataset gold -> the string graded against (normalize_gold)
     verdicts.py     one (answer, gold) pair: the exact fast path, math-verify
     pool.py         WatchdogPool: the process pool math-verify runs in
@@ -51,10 +57,11 @@ evaluation, the backends and `lze-bench grade` all sit above it
 
 from lze_bench.grading.extraction import BOX_COMMANDS, MAX_BOX_TRIES, extract_answer
 from lze_bench.grading.gold import GOLD_STYLES, normalize_gold
-from lze_bench.grading.grader import MAX_ANSWER_CHARS, Grade, Grader, grade_batch, grade_one
+from lze_bench.grading.grader import GRADING_MODES, MAX_ANSWER_CHARS, Grade, Grader, grade_batch, grade_one
 from lze_bench.grading.verdicts import fast_verdict, math_verify_verdict, pool_grade
 
 __all__ = [
-    "BOX_COMMANDS", "GOLD_STYLES", "MAX_ANSWER_CHARS", "MAX_BOX_TRIES", "Grade", "Grader", "extract_answer",
+    "BOX_COMMANDS", "GOLD_STYLES", "GRADING_MODES", "MAX_ANSWER_CHARS", "MAX_BOX_TRIES", "Grade", "Grader",
+    "extract_answer",
     "fast_verdict", "grade_batch", "grade_one", "math_verify_verdict", "normalize_gold", "pool_grade",
 ]

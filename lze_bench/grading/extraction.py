@@ -3,8 +3,8 @@
 Rewards and evals use the strict rule by default: the last complete
 `\\boxed{...}` (or `\\fbox{...}`), nothing else, because every prompt
 template states that convention (extract_answer's docstring gives the
-fallbacks). Other extraction rules belong beside this one, each in its own
-module of `lze_bench.grading`.
+fallbacks). This is grading mode "boxed"; mode "math_verify" (math-verify
+reads the whole response, as lighteval does) is math_verify_extraction.py.
 """
 
 from __future__ import annotations

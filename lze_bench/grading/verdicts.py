@@ -81,7 +81,23 @@ def math_verify_verdict(answer: str, gold: str, timeout_s: float = 5.0) -> tuple
     math-verify then runs without timeouts and the budget is only checked
     between calls (grade_one only; pool workers are always main threads).
     """
-    from math_verify import parse, verify
+    from math_verify import parse
+    from math_verify.errors import TimeoutException
+
+    seconds = budget(timeout_s)
+    try:
+        gold_parsed = parse_gold(gold, seconds)
+        answer_parsed = _parse_cached(answer, seconds, parse)
+        return verify_parsed(gold_parsed, answer_parsed, seconds)
+    except TimeoutException:
+        return False, "timeout"
+    except Exception:  # noqa: BLE001 - math-verify raised: count wrong, never crash a run
+        return False, "error"
+
+
+def budget(timeout_s: float):
+    """`seconds()`: the budget's remainder as a SIGALRM timeout (whole seconds, >= 1; None off the main
+    thread, where signals are unavailable); raises math-verify's TimeoutException once it is spent."""
     from math_verify.errors import TimeoutException
 
     deadline = time.monotonic() + timeout_s
@@ -93,22 +109,31 @@ def math_verify_verdict(answer: str, gold: str, timeout_s: float = 5.0) -> tuple
             raise TimeoutException("grading budget spent")
         return max(1, int(left)) if alarms else None
 
+    return seconds
+
+
+def parse_gold(gold: str, seconds) -> list:
+    """The gold string as math-verify parses it (`$gold$`, default extraction), memoized per process."""
+    from math_verify import parse
+
+    return _parse_cached(gold, seconds, parse)
+
+
+def verify_parsed(gold_parsed: list, answer_parsed: list, seconds) -> tuple[bool, str]:
+    """(correct, status): math-verify `verify` on every pair of parsed forms; correct if any pair matches.
+    A pair whose comparison raises makes the status "error" unless another pair matches; a timeout raises."""
+    from math_verify import verify
+    from math_verify.errors import TimeoutException
+
     status = "ok"
-    try:
-        gold_parsed = _parse_cached(gold, seconds, parse)
-        answer_parsed = _parse_cached(answer, seconds, parse)
-        for gold_expr, answer_expr in product(gold_parsed, answer_parsed):
-            try:
-                if verify(gold_expr, answer_expr, timeout_seconds=seconds(), raise_on_error=True):
-                    return True, "ok"
-            except TimeoutException:
-                raise
-            except Exception:  # noqa: BLE001 - one failed comparison; others may still match
-                status = "error"
-    except TimeoutException:
-        return False, "timeout"
-    except Exception:  # noqa: BLE001 - math-verify raised: count wrong, never crash a run
-        return False, "error"
+    for gold_expr, answer_expr in product(gold_parsed, answer_parsed):
+        try:
+            if verify(gold_expr, answer_expr, timeout_seconds=seconds(), raise_on_error=True):
+                return True, "ok"
+        except TimeoutException:
+            raise
+        except Exception:  # noqa: BLE001 - one failed comparison; others may still match
+            status = "error"
     return False, status
 
 

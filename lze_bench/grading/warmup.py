@@ -9,6 +9,7 @@ and changes nothing else, which is why it is its own module.
 
 from __future__ import annotations
 
+from lze_bench.grading.math_verify_extraction import extract_and_verify
 from lze_bench.grading.verdicts import math_verify_verdict
 
 # Forms that exercise the grammar's common paths (numbers, fractions, roots, tuples, intervals).
@@ -16,3 +17,4 @@ _WARM = ("42", "\\frac{1}{2}", "2\\sqrt{3}", "\\left( 3, \\frac{\\pi}{2} \\right
 
 for _text in _WARM:
     math_verify_verdict(_text, _text, timeout_s=3.0)
+extract_and_verify("so the final answer is $\\frac{1}{2}$. The answer is 42.", "42", timeout_s=3.0)  # mode math_verify

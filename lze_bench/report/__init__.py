@@ -13,7 +13,8 @@ and writes `<out_root>/<name>/`:
     table3.md .tex .csv       training FLOPs by phase, steps, kept fraction, wall time (tables.py)
     runs.csv at_budget.csv reach.csv points.csv   per-seed numbers behind them (points: every eval point)
     astral_predictor.csv      ASTRAL's predictor accuracy per run (predictor.py; only with astral runs)
-    accuracy_vs_flops, flops_by_phase, kept_fraction, pass_rate_distribution, zero_variance  (.png + .pdf)
+    accuracy_vs_flops, accuracy_vs_wallclock (+ accuracy_vs_gpu_hours on GPUs), rl_curves,
+    flops_by_phase, kept_fraction, pass_rate_distribution  (.png + .pdf; report.md captions each)
 
 Importing this module loads pandas/numpy only; matplotlib loads when plotting
 (a test checks that neither torch nor a backend is imported).
@@ -57,7 +58,16 @@ def build(sweep_dir: str | Path, options: ReportOptions | None = None) -> dict:
         "table2": table_reach(reached) if reached is not None else None,
         "table3": cost_table(summary),
         "predictor": predictor_accuracy(runs),  # ASTRAL's predictor (predictor.py); None without astral runs
+        "conventions": _conventions(evals),  # grading mode and prompt of the eval results used
     }
+
+
+def _conventions(evals: pd.DataFrame) -> pd.DataFrame | None:
+    """(benchmark, grading, prompt) of the eval results the report uses; None without any."""
+    if not len(evals):
+        return None
+    frame = evals[["benchmark", "grading", "prompt_template"]].drop_duplicates()
+    return frame.rename(columns={"prompt_template": "prompt"}).reset_index(drop=True)
 
 
 def _write_csv(path: Path, frame: pd.DataFrame) -> None:
@@ -106,28 +116,39 @@ def write_tables(report: dict, out: Path) -> dict[str, str]:
     return texts
 
 
-def write_plots(report: dict, out: Path) -> list[Path]:
+def write_plots(report: dict, out: Path) -> list:
+    """Every figure (plot_style.Figure: name, files, caption), in the order report.md shows them."""
     from lze_bench.report import plots
+    from lze_bench.report.plot_style import power_of_ten, styles_for
+    from lze_bench.report.rl_curves import rl_curves
+    from lze_bench.report.wallclock import accuracy_vs_time
 
     runs = report["runs"]
-    colors = plots.colors_for({r.label for r in runs})
-    steps = per_step(runs)
-    paths = []
-    if len(report["points"]):
+    styles = styles_for({r.label for r in runs})
+    figures = []
+    points = report["points"]
+    if len(points):
         targets = {}
         if report["table2"] is not None:
             base = report["table2"][report["table2"]["label"] == BASELINE]
             targets = dict(zip(base["benchmark"], base["target"]))
-        paths += plots.accuracy_vs_flops(report["points"], targets, colors, out, report["budget"])
-    paths += plots.flops_by_phase(report["summary"], out)
-    paths += plots.per_step_lines(steps, "kept_fraction", "kept fraction (kept / rolled out)", "kept_fraction",
-                                  colors, out)
-    paths += plots.per_step_lines(steps, "zero_variance_frac", "zero-variance groups (fraction)", "zero_variance",
-                                  colors, out)
+        power = power_of_ten(float(points["cum_flops"].max()))
+        budget = report["budget"] / 10.0**power if report["budget"] else None
+        figures.append(plots.accuracy_curves(
+            points.assign(x=points["cum_flops"] / 10.0**power), "x", f"cumulative compute ($10^{{{power}}}$ FLOPs)",
+            "accuracy_vs_flops", styles, out, targets, budget, what="cumulative training FLOPs"))
+        figures += accuracy_vs_time(points, runs, styles, out)
+    curves = rl_curves(runs, styles, out)
+    figures += [curves] if curves is not None else []
+    figures.append(plots.flops_by_phase(report["summary"], out))
+    figures.append(plots.per_step_lines(
+        per_step(runs), "kept_fraction", "kept fraction (kept / rolled out)", "kept_fraction", styles, out,
+        "Kept fraction: groups that reached the actor update / prompts rolled out, per step (uniform keeps every "
+        "group: 1)."))
     rates = pass_rates(runs)
     if len(rates):
-        paths += plots.pass_rate_distribution(rates, out)
-    return paths
+        figures.append(plots.pass_rate_distribution(rates, out))
+    return figures
 
 
 def main(sweep_dir: str | Path, name: str | None = None, out_root: str | Path = "reports",

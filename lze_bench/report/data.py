@@ -21,7 +21,16 @@ Choices where the sources are silent:
   checkpoint K sits at ledger step K-1 (its cumulative FLOPs and wall time),
   and K = 0 (the initial policy) at 0 FLOPs, 0 s. The `step` column of the
   accuracy points is the ledger step (-1 for the initial policy). evals.parquet's
-  own `cum_flops` column is not used, so every source goes through this one rule.
+  own `cum_flops` column is not used, so every source goes through this one rule;
+* wall-clock: `train_time_s`, the ledger's step times without the held-out
+  evaluations run inside them (cumulative `time_step_s - time_eval_s`), so a
+  selector's curve is not shifted by how many evals its FLOP schedule
+  triggered; evals of `lze-bench eval` never were in the ledger's times;
+* hardware, from config.yaml: backend=openrlhf uses (backend.num_nodes or
+  launcher.nodes) x (backend.gpus_per_node or launcher.gpus_per_node) GPUs for
+  its whole wall-clock; the local backend one GPU with device=cuda[:N], none
+  (CPU, `backend.threads` torch threads, 0 = all cores) with device=cpu, and
+  an unknown count (None) with device=auto.
 """
 
 from __future__ import annotations
@@ -51,6 +60,8 @@ class Run:
     run_dir: Path
     ledger: pd.DataFrame
     done: dict  # the DONE summary: stopped_by ("budget" | "steps"), flop_budget, ... ({} for older runs)
+    gpus: int | None = 0  # GPUs the run held throughout (0: a CPU run; None: not known from config.yaml)
+    threads: int = 0  # CPU runs: torch threads (0 = all cores)
 
 
 def _read_config(run_dir: Path) -> dict:
@@ -89,7 +100,10 @@ def load_runs(root: str | Path) -> list[Run]:
         cfg = _read_config(run_dir)
         selector = str((cfg.get("selector") or {}).get("name") or axes.get("selector") or "unknown")
         seed = int(cfg.get("seed", axes.get("seed", 0)))
-        runs.append(Run(_label(axes, selector), selector, seed, run_dir, read_ledger(run_dir), _read_done(run_dir)))
+        ledger = read_ledger(run_dir)
+        ledger["train_time_s"] = (ledger["time_step_s"] - ledger["time_eval_s"]).cumsum()
+        gpus, threads = hardware(cfg)
+        runs.append(Run(_label(axes, selector), selector, seed, run_dir, ledger, _read_done(run_dir), gpus, threads))
     if unfinished:
         log.warning("left out %d unfinished run(s) (no DONE): %s", len(unfinished), ", ".join(unfinished))
     if not runs:
@@ -102,6 +116,19 @@ def load_runs(root: str | Path) -> list[Run]:
                                 "report one of them (move the other out of the folder)")
         seen[key] = run.run_dir
     return runs
+
+
+def hardware(cfg: dict) -> tuple[int | None, int]:
+    """(GPUs, CPU threads) of a run from its config.yaml (see the module docstring)."""
+    backend, launcher = cfg.get("backend") or {}, cfg.get("launcher") or {}
+    if backend.get("name") == "openrlhf":
+        per_node = backend.get("gpus_per_node") or launcher.get("gpus_per_node")
+        nodes = backend.get("num_nodes") or launcher.get("nodes") or 1
+        return (int(per_node) * int(nodes) if per_node else None), 0
+    device = str(cfg.get("device", "cpu"))
+    if device.startswith("cuda"):
+        return 1, 0
+    return (0 if device == "cpu" else None), int(backend.get("threads") or 0)
 
 
 def _read_done(run_dir: Path) -> dict:
@@ -154,7 +181,8 @@ def initial_heldout(run_dir: Path) -> float | None:
 
 
 def accuracy_points(runs: list[Run], evals: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per (run, benchmark, eval point): label, selector, seed, benchmark, step, cum_flops, cum_time_s, accuracy.
+    """One row per (run, benchmark, eval point): label, selector, seed, benchmark, step, cum_flops, cum_time_s,
+    train_time_s (wall-clock without held-out evals), accuracy.
 
     `evals`: the eval results to use (report.suites.choose: one settings key per benchmark);
     None: every run's results, when each benchmark has one settings key.
@@ -167,17 +195,17 @@ def accuracy_points(runs: list[Run], evals: pd.DataFrame | None = None) -> pd.Da
         led = run.ledger
         initial = initial_heldout(run.run_dir)
         if initial is not None:
-            rows.append((run.label, run.selector, run.seed, HELDOUT, -1, 0.0, 0.0, initial))
+            rows.append((run.label, run.selector, run.seed, HELDOUT, -1, 0.0, 0.0, 0.0, initial))
         held = led[led["heldout_accuracy"].notna()]
         for _, r in held.iterrows():
             rows.append((run.label, run.selector, run.seed, HELDOUT, int(r["step"]), float(r["cum_flops"]),
-                         float(r["cum_time_s"]), float(r["heldout_accuracy"])))
+                         float(r["cum_time_s"]), float(r["train_time_s"]), float(r["heldout_accuracy"])))
         for _, r in evals[evals["run_dir"] == str(run.run_dir)].iterrows() if len(evals) else ():
             step = int(r["step"])
             rows.append((run.label, run.selector, run.seed, str(r["benchmark"]), step - 1,
                          after_updates(led, step, "cum_flops"), after_updates(led, step, "cum_time_s"),
-                         float(r["accuracy"])))
-    columns = ["label", "selector", "seed", "benchmark", "step", "cum_flops", "cum_time_s", "accuracy"]
+                         after_updates(led, step, "train_time_s"), float(r["accuracy"])))
+    columns = ["label", "selector", "seed", "benchmark", "step", "cum_flops", "cum_time_s", "train_time_s", "accuracy"]
     frame = pd.DataFrame(rows, columns=columns)
     return frame.sort_values(["label", "seed", "benchmark", "step"], kind="stable").reset_index(drop=True)
 
@@ -201,6 +229,7 @@ def run_summary(runs: list[Run], points: pd.DataFrame) -> pd.DataFrame:
             "kept_fraction": _ratio(led["groups_kept"].sum(), led["prompts_rolled_out"].sum()),
             "rolled_out_fraction": _ratio(led["prompts_rolled_out"].sum(), led["prompts_considered"].sum()),
             "wall_time_s": float(led["time_step_s"].sum()),
+            "gpus": run.gpus,
             "stopped_by": run.done.get("stopped_by"),
         }
         mine = points[(points["label"] == run.label) & (points["seed"] == run.seed)]

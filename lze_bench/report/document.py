@@ -42,11 +42,47 @@ def _capped(report: dict) -> str:
             f"{', '.join(capped)}.")
 
 
-def _eval_results(texts: dict) -> list[str]:
+GRADING_TEXT = {
+    "boxed": "the last `\\boxed{}` of each response (the rule training rewards use)",
+    "math_verify": "math-verify's extraction from the whole response (lighteval's rule: a box, else an answer "
+                   "sentence such as \"The answer is 18.\" or \"#### 18\", else the last expression)",
+}
+PROMPT_TEXT = {
+    "default": "each benchmark's own template in one user turn (the math benchmarks: the problem, then the CoT "
+               "instruction)",
+    "qwen25_math": "Qwen2.5-Math's convention (the CoT instruction as the system turn)",
+}
+
+
+def _conventions(report: dict) -> str:
+    """In words: how the eval results the report uses read answers and prompted (one settings key per benchmark)."""
+    frame = report.get("conventions")
+    if frame is None or frame.empty:
+        return ""
+    parts = []
+    for (grading, prompt), group in frame.groupby(["grading", "prompt"], sort=True):
+        names = ", ".join(sorted(set(group["benchmark"])))
+        said = PROMPT_TEXT.get(prompt) or (f"a custom eval.prompt_template ({prompt})" if prompt.startswith("custom")
+                                           else prompt)
+        parts.append(f"{names}: answers read from {GRADING_TEXT.get(grading, grading)} (`grading={grading}`), "
+                     f"prompt {said}")
+    return "Grading and prompts: " + "; ".join(parts) + "."
+
+
+def _figures(figures: list) -> list[str]:
+    lines = ["## Figures", ""]
+    for number, figure in enumerate(figures, start=1):
+        lines += [f"![{figure.name}]({figure.name}.png)", "", f"*Figure {number} ({figure.name}).* {figure.caption}",
+                  ""]
+    return lines
+
+
+def _eval_results(texts: dict, report: dict) -> list[str]:
     """Which eval results each benchmark's rows use (report/suites.py), when the runs have any."""
     if "benchmarks" not in texts:
         return []
-    return ["## Eval results used", "", texts["benchmarks"],
+    conventions = _conventions(report)
+    return ["## Eval results used", "", texts["benchmarks"], *([conventions, ""] if conventions else []),
             "Each benchmark's rows come from one eval settings key (the suite's sampling settings, problem limit, "
             "seed, prompt template and grading; `lze-bench report --eval-suite NAME_OR_KEY` chooses when a run "
             "holds several). Each eval point sits at its checkpoint's cumulative training FLOPs (the ledger's "
@@ -54,10 +90,10 @@ def _eval_results(texts: dict) -> list[str]:
             "when its final checkpoint, the policy at the budget, was evaluated.", ""]
 
 
-def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: list[Path]) -> str:
+def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: list) -> str:
+    """report.md; `figures` are plot_style.Figure objects (name, files, caption) in display order."""
     seeds = sorted({r.seed for r in report["runs"]})
     fraction = report["options"].target_fraction
-    pngs = [p.name for p in figures if p.suffix == ".png"]
     budget = report["budget"]
     has_budget = bool(budget) and math.isfinite(budget)
     at = "the FLOP budget" if has_budget else "the end of each run"
@@ -70,7 +106,7 @@ def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: li
         "during training; other benchmarks come from `lze-bench eval`. Runs of one seed are paired (same data "
         "order, same warm start), so each selector is compared with uniform GRPO seed by seed.",
         "",
-        *_eval_results(texts),
+        *_eval_results(texts, report),
         f"## Table 1: accuracy at equal compute ({title1})",
         "",
         texts["table1"],
@@ -105,9 +141,5 @@ def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: li
         "",
     ]
     lines += predictor_section(report.get("predictor"))
-    lines += [
-        "## Figures",
-        "",
-    ]
-    lines += [f"![{png[:-4]}]({png})" for png in pngs]
-    return "\n".join(lines) + "\n"
+    lines += _figures(figures)
+    return "\n".join(lines).rstrip("\n") + "\n"

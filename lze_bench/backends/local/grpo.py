@@ -64,10 +64,11 @@ class UpdateStats:
     trained_tokens: int = 0  # prompt + response tokens, summed over PPO epochs
     flops_train: int = 0
     flops_logprob: int = 0
-    loss: float = 0.0
-    kl: float = 0.0
-    clip_frac: float = 0.0
-    grad_norm: float = 0.0
+    # NaN = not measured: no update this step, or no reference policy for the KL (kl_coef = 0)
+    loss: float = float("nan")
+    kl: float = float("nan")  # mean k3 KL to the reference per response token
+    clip_frac: float = float("nan")  # share of response tokens where the clip binds (replay_clip_loss)
+    grad_norm: float = float("nan")  # global norm before clipping, at the last PPO epoch
     lengths: list = field(default_factory=list)
 
 
@@ -113,13 +114,16 @@ def replay_clip_loss(logp, old_logp, mu_logp, adv, eps_low: float, eps_high: flo
     `max(-A·r, -A·clip(r, r_old(1 - eps_low), r_old(1 + eps_high)))`. A pure tensor
     function so the OpenRLHF backend's loss can be checked against it on the same
     tensors (tests/test_openrlhf_replay_loss.py); `adv` broadcasts ([B, 1]).
+    The clip binds where the clipped term is strictly the larger loss, OpenRLHF
+    0.11.2's `PolicyLoss` clip_ratio (`surr2 < surr1`), so the ledger's
+    `clip_frac` means the same on both backends (0 where A = 0).
     """
     import torch
 
     ratio, ratio_old = torch.exp(logp - mu_logp), torch.exp(old_logp - mu_logp)
     low, high = ratio_old * (1 - eps_low), ratio_old * (1 + eps_high)
-    per_token = torch.maximum(-adv * ratio, -adv * torch.minimum(torch.maximum(ratio, low), high))
-    return per_token, (ratio < low) | (ratio > high)
+    unclipped, clipped = -adv * ratio, -adv * torch.minimum(torch.maximum(ratio, low), high)
+    return torch.maximum(unclipped, clipped), clipped > unclipped
 
 
 def grpo_update(model, optimizer, groups: list[Group], trainer_cfg, flop_model, pad_id: int, ref_model=None) -> UpdateStats:
@@ -182,7 +186,8 @@ def grpo_update(model, optimizer, groups: list[Group], trainer_cfg, flop_model, 
     stats.trained_tokens = int(lengths.sum()) * epochs
     stats.flops_train = flop_model.train(lengths) * epochs
     stats.loss = loss_sum / epochs
-    stats.kl = kl_sum / (total_tokens * epochs)
+    if ref_logp[0] is not None:
+        stats.kl = kl_sum / (total_tokens * epochs)
     stats.clip_frac = clipped / (total_tokens * epochs)
     stats.lengths = lengths.tolist()
     return stats

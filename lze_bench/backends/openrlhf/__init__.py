@@ -100,6 +100,7 @@ class OpenRLHFBackendConfig:
     # sequence lengths: prompt + response <= max_len (Qwen2.5-Math-1.5B's context is 4,096)
     max_len: int = 4096
     apply_chat_template: bool = True
+    prompt: str = "default"  # lze_bench.benchmarks.PROMPTS; qwen25_math: the instruction as the system turn
     # optimisation details OpenRLHF exposes beyond trainer.*
     lr_scheduler: str = "cosine_with_min_lr"
     lr_warmup_ratio: float = 0.03
@@ -139,6 +140,13 @@ class OpenRLHFBackendConfig:
         require(self.param_dtype in ("bf16", "fp16"), "backend.param_dtype", "use bf16 or fp16")
         require(self.rollout_store_groups >= -1, "backend.rollout_store_groups", "must be >= 0, or -1 (auto)")
         require(self.kl_estimator in ("k1", "k2", "k3"), "backend.kl_estimator", "use k1, k2 or k3")
+        from lze_bench.benchmarks import PROMPTS
+
+        require(self.prompt in PROMPTS, "backend.prompt",
+                f"unknown prompt {self.prompt!r}; use one of {', '.join(PROMPTS)}")
+        require(self.prompt == "default" or self.apply_chat_template, "backend.prompt",
+                f"{self.prompt!r} puts the instruction in the system turn, "
+                "which needs backend.apply_chat_template=true")
         require(
             self.loss_agg_mode in ("token-mean", "seq-mean-token-mean"),
             "backend.loss_agg_mode", "use token-mean or seq-mean-token-mean",

@@ -22,6 +22,16 @@ Times: `time_rollout_s` is the wall time of dispatch -> gathered experiences
 sum of per-sample grading times reported by reward_func.py (CPU time in the
 actors, overlapping the rollout); `time_update_s` is OpenRLHF's
 `timing/make_experience + timing/ppo_train + timing/broadcast`.
+
+Update diagnostics (ledger extras, as the local backend writes them), from
+the status OpenRLHF's actor returns for the step (`PolicyModelActor.fit`:
+token-weighted means over micro-batches; the grad norm of the last optimizer
+step): `loss` = `policy_loss`, `kl` = `kl` (k3 to the reference, only with
+`trainer.kl_coef > 0`: without a reference model `make_experience` still
+reports a `kl` of zeros, which is no measurement), `clip_frac` =
+`ppo_clip_ratio` (share of tokens where the clip binds), `grad_norm` =
+`actor_grad_norm`; NaN when the step reports none (no update) or, for `kl`,
+when there is no reference.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from lze_bench.flops import FlopModel
 from lze_bench.ledger import zero_variance_fraction
 
 UPDATE_TIMINGS = ("timing/make_experience", "timing/ppo_train", "timing/broadcast")
+DIAGNOSTICS = {"loss": "policy_loss", "kl": "kl", "clip_frac": "ppo_clip_ratio", "grad_norm": "actor_grad_norm"}
 
 
 def _concat(groups, attribute: str) -> np.ndarray:
@@ -81,9 +92,11 @@ def ledger_row(record, status: dict, flops: FlopModel, *, ppo_epochs: int, refer
         "zero_variance_frac": zero_variance_fraction(rewards),
         "kept_zero_variance": int(sum(bool(np.ptp(g.rewards) == 0) for g in groups)),
         "partial": bool(record.partial),
-        **{name: float("nan") for name in STEP_METRICS}, **dict(record.metrics),
+        **{name: float("nan") for name in STEP_METRICS}, **dict(record.metrics), "kl": float("nan"),
         "responses_kept": len(kept) * n,
         "responses_trained": int(sum(int(m.sum()) for m in masks[:len(kept)])),  # of the kept groups, as local
+        **{column: float(status.get(key, float("nan"))) for column, key in DIAGNOSTICS.items()
+           if column != "kl" or reference_pass},
     }
 
 

@@ -96,7 +96,7 @@ def prepare(cfg) -> tuple[RunPaths, list[str]]:
     if not paths.prompts.exists():
         task = TASKS[cfg.task.name]
         rows = task.load(cfg.task, env_data_root(cfg.data.root))
-        write_prompts(rows, paths.prompts)
+        write_prompts(rows, paths.prompts, cfg.backend.prompt)
     atomic_write_json(paths.work / "command.json", {"argv": argv})
     return paths, argv
 
