@@ -37,7 +37,6 @@ LZE_BENCH_REQUIRE_OPENRLHF=1 after installing it, and then a skip is a failure.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -50,16 +49,9 @@ REPO = Path(__file__).resolve().parents[1]
 STANDINS = REPO / "tests" / "openrlhf_cpu"
 sys.path.insert(0, str(STANDINS))
 from lze_cpu_standins import harness  # noqa: E402
-from lze_cpu_standins.fixtures import RayCluster, save_tiny_policy, write_prompts  # noqa: E402
 
 sys.path.remove(str(STANDINS))
-
-IMPORT_ERROR = harness.import_error()
-if IMPORT_ERROR and os.environ.get("LZE_BENCH_REQUIRE_OPENRLHF") == "1":
-    raise RuntimeError(f"LZE_BENCH_REQUIRE_OPENRLHF=1 but OpenRLHF does not import: {IMPORT_ERROR}")
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(IMPORT_ERROR is not None, reason=f"OpenRLHF 0.11.2 does not import: {IMPORT_ERROR} "
-                                 "(install it with: bash .ci/openrlhf.sh)")]
+pytestmark = harness.slow_openrlhf_marks()
 
 RANKS = 2
 MICRO_BATCHES = [2, 3, 1, 1]  # per rank and training step: the window changes size every step
@@ -69,17 +61,8 @@ T = 0.7
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    from lze_bench.backends.openrlhf.data import PROMPT_TEMPLATE
-
-    root = tmp_path_factory.mktemp("ds")
-    data = write_prompts(root / "data", 10)
-    problems = [f"Is {i} odd? Reply 1 for yes, 0 for no." for i in range(4)]
-    model = save_tiny_policy(root / "tiny", [PROMPT_TEMPLATE.format(problem=p) for p in problems])
-    cluster = RayCluster(harness.child_env(), num_cpus=4, num_gpus=RANKS)
-    try:
-        yield {"root": root, "data": data, "model": model, "cluster": cluster, "runs": {}}
-    finally:
-        cluster.stop()
+    with harness.tiny_world(tmp_path_factory.mktemp("ds"), num_gpus=RANKS, num_cpus=4) as world:
+        yield world
 
 
 # -- fit, directly ------------------------------------------------------------------------------------------------

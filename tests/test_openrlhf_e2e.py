@@ -36,21 +36,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 STANDINS = REPO / "tests" / "openrlhf_cpu"
 sys.path.insert(0, str(STANDINS))
-from lze_cpu_standins.fixtures import RayCluster, save_tiny_policy, write_prompts  # noqa: E402
-from lze_cpu_standins.harness import child_env, import_error, ok  # noqa: E402
 from lze_cpu_standins import harness  # noqa: E402
+from lze_cpu_standins.fixtures import write_prompts  # noqa: E402
+from lze_cpu_standins.harness import ok  # noqa: E402
 
 sys.path.remove(str(STANDINS))
-
-# Every skip for a missing OpenRLHF names the command that installs it.
-INSTALL_HINT = "install it: bash .ci/openrlhf.sh (CPU, these tests) or pip install 'lze-bench[openrlhf]' (GPU nodes)"
-
-IMPORT_ERROR = import_error()
-if IMPORT_ERROR and os.environ.get("LZE_BENCH_REQUIRE_OPENRLHF") == "1":
-    raise RuntimeError(f"LZE_BENCH_REQUIRE_OPENRLHF=1 but OpenRLHF does not import: {IMPORT_ERROR}")
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(IMPORT_ERROR is not None,
-                                 reason=f"OpenRLHF 0.11.2 does not import ({IMPORT_ERROR}); {INSTALL_HINT}")]
+pytestmark = harness.slow_openrlhf_marks()
 
 
 def backend_selectors() -> list[str]:
@@ -68,17 +59,8 @@ COMPARED = ["step", "epoch", "prompts_considered", "prompts_rolled_out", "groups
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    from lze_bench.backends.openrlhf.data import PROMPT_TEMPLATE
-
-    root = tmp_path_factory.mktemp("e2e")
-    data = write_prompts(root / "data", 10)
-    problems = [f"Is {i} odd? Reply 1 for yes, 0 for no." for i in range(4)]
-    model = save_tiny_policy(root / "tiny", [PROMPT_TEMPLATE.format(problem=p) for p in problems])
-    cluster = RayCluster(child_env())
-    try:
-        yield {"root": root, "data": data, "model": model, "cluster": cluster}
-    finally:
-        cluster.stop()
+    with harness.tiny_world(tmp_path_factory.mktemp("e2e")) as world:
+        yield world
 
 
 def overrides(world, selector: str, run_dir: Path, extra: tuple = ()) -> list[str]:

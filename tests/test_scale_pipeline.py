@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,20 +32,13 @@ REPO = Path(__file__).resolve().parents[1]
 STANDINS = REPO / "tests" / "openrlhf_cpu"
 sys.path.insert(0, str(STANDINS))
 from lze_cpu_standins import harness  # noqa: E402
-from lze_cpu_standins.fixtures import RayCluster, save_tiny_policy, write_prompts  # noqa: E402
+from lze_cpu_standins.harness import PROBLEM  # noqa: E402
 
 sys.path.remove(str(STANDINS))
-
-IMPORT_ERROR = harness.import_error()
-if IMPORT_ERROR and os.environ.get("LZE_BENCH_REQUIRE_OPENRLHF") == "1":
-    raise RuntimeError(f"LZE_BENCH_REQUIRE_OPENRLHF=1 but OpenRLHF does not import: {IMPORT_ERROR}")
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(IMPORT_ERROR is not None, reason=f"OpenRLHF 0.11.2 does not import: {IMPORT_ERROR} "
-                                 "(install it with: bash .ci/openrlhf.sh)")]
+pytestmark = harness.slow_openrlhf_marks()
 
 SELECTORS, SEEDS, BENCHMARKS = ["uniform", "lze"], [0, 1], ["gsm8k", "math500"]
 BATCH, N, MICRO, CAP = 2, 3, 1, 10
-PROBLEM = "Is {i} odd? Reply 1 for yes, 0 for no."
 
 
 def suite_yaml() -> str:
@@ -93,29 +85,21 @@ def cli(args: list[str], env: dict, timeout: int = 1800) -> subprocess.Completed
 
 
 def test_budgeted_openrlhf_sweep_then_eval_sweep_then_report_per_benchmark(tmp_path):
-    from lze_bench.backends.openrlhf.data import PROMPT_TEMPLATE
     from lze_bench.ledger import read_evals, read_ledger
     from lze_bench.rundir import list_checkpoints
     from lze_bench.sweep.manifest import load_manifest
 
-    data = write_prompts(tmp_path / "data", 10)
-    model = save_tiny_policy(tmp_path / "tiny", [PROMPT_TEMPLATE.format(problem=PROBLEM.format(i=i))
-                                                  for i in range(4)])
-    budget = 2.5 * step_flops(model)
-    cluster = RayCluster(harness.child_env(), num_cpus=2, num_gpus=1)
-    try:
-        env = harness.child_env(LZE_RAY_ADDRESS=cluster.address, COLUMNS="200")
+    with harness.tiny_world(tmp_path) as world:
+        model, budget = world["model"], 2.5 * step_flops(world["model"])
+        env = harness.child_env(LZE_RAY_ADDRESS=world["cluster"].address, COLUMNS="200")
         sweep_dir = tmp_path / "sweep"
-        overrides = harness.overrides(model, data, "uniform", tmp_path / "unused", steps=CAP, batch=BATCH, n=N,
-                                      micro=MICRO, checkpoint_every=0)
+        overrides = harness.overrides(model, world["data"], "uniform", tmp_path / "unused", steps=CAP, batch=BATCH,
+                                      n=N, micro=MICRO, checkpoint_every=0)
         overrides = [o for o in overrides if not o.startswith(("selector=", "seed=", "run_dir="))]
-        trained = cli(["sweep", f"selector={','.join(SELECTORS)}", f"seed={','.join(map(str, SEEDS))}", *overrides,
-                       f"trainer.flop_budget={budget!r}", f"trainer.checkpoint_every_flops={budget / 2.2!r}",
-                       f"backend.driver_wrapper=[{sys.executable},{STANDINS / 'run_entry.py'}]",
-                       "launcher=local", "launcher.array_parallelism=1", f"sweep_dir={sweep_dir}", "poll_s=2"], env)
-        assert "4 done" in trained.stdout + trained.stderr or (sweep_dir / "manifest.json").exists()
-    finally:
-        cluster.stop()
+        cli(["sweep", f"selector={','.join(SELECTORS)}", f"seed={','.join(map(str, SEEDS))}", *overrides,
+             f"trainer.flop_budget={budget!r}", f"trainer.checkpoint_every_flops={budget / 2.2!r}",
+             f"backend.driver_wrapper=[{sys.executable},{STANDINS / 'run_entry.py'}]",
+             "launcher=local", "launcher.array_parallelism=1", f"sweep_dir={sweep_dir}", "poll_s=2"], env)
 
     # every run stopped on the budget, with checkpoints at the FLOP marks and after its last step
     runs = {}

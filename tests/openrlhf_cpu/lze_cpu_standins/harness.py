@@ -10,6 +10,7 @@ tests/openrlhf_cpu/run_entry.py, which swaps in the CPU stand-ins named by
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import subprocess
@@ -41,6 +42,41 @@ def import_error() -> str | None:
              "lze_cpu_standins.ds_policy")
     done = subprocess.run([sys.executable, "-c", probe], env=child_env(), capture_output=True, text=True)
     return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1]
+
+
+# Every skip for a missing OpenRLHF names the command that installs it.
+INSTALL_HINT = "install it: bash .ci/openrlhf.sh (CPU, these tests) or pip install 'lze-bench[openrlhf]' (GPU nodes)"
+PROBLEM = "Is {i} odd? Reply 1 for yes, 0 for no."  # the tiny policy's task (fixtures.write_prompts)
+
+
+def slow_openrlhf_marks() -> list:
+    """`pytestmark` of a test file that runs OpenRLHF's job on CPU: slow, and skipped (naming the install command)
+    only when OpenRLHF does not import; with LZE_BENCH_REQUIRE_OPENRLHF=1 (CI after installing it) an import
+    failure is an error instead."""
+    import pytest
+
+    error = import_error()
+    if error and os.environ.get("LZE_BENCH_REQUIRE_OPENRLHF") == "1":
+        raise RuntimeError(f"LZE_BENCH_REQUIRE_OPENRLHF=1 but OpenRLHF does not import: {error}")
+    return [pytest.mark.slow,
+            pytest.mark.skipif(error is not None, reason=f"OpenRLHF 0.11.2 does not import ({error}); {INSTALL_HINT}")]
+
+
+@contextlib.contextmanager
+def tiny_world(root: Path, num_gpus: int = 1, num_cpus: int = 2):
+    """A prompt set (10 prompts), the tiny warm-started policy and a private Ray cluster with `num_gpus` fake GPUs:
+    {"root", "data", "model", "cluster", "runs"}; the cluster stops on exit."""
+    from lze_bench.backends.openrlhf.data import PROMPT_TEMPLATE
+
+    from lze_cpu_standins.fixtures import RayCluster, save_tiny_policy, write_prompts
+
+    data = write_prompts(root / "data", 10)
+    model = save_tiny_policy(root / "tiny", [PROMPT_TEMPLATE.format(problem=PROBLEM.format(i=i)) for i in range(4)])
+    cluster = RayCluster(child_env(), num_cpus=num_cpus, num_gpus=num_gpus)
+    try:
+        yield {"root": root, "data": data, "model": model, "cluster": cluster, "runs": {}}
+    finally:
+        cluster.stop()
 
 
 def overrides(model: Path, data: Path, selector: str, run_dir: Path, *, steps: int, batch: int, n: int, micro: int,
