@@ -12,20 +12,28 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Optional
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 try:  # the click that typer runs on: recent typer (0.29 here) vendors its own copy as typer._click
     from typer._click.core import Command as ClickCommand
     from typer._click.exceptions import UsageError
+    from typer._click.shell_completion import CompletionItem
 except ImportError:  # older typer runs on click itself
     from click import Command as ClickCommand
     from click import UsageError
+    from click.shell_completion import CompletionItem
 
+from lze_bench import __version__
 from lze_bench.errors import LzeBenchError
+
+# torch warns on import when the deprecated `pynvml` package is installed (OpenRLHF's dependencies bring
+# it): a note for whoever installed it, not for a user of this command
+warnings.filterwarnings("ignore", message="The pynvml package is deprecated", category=FutureWarning)
 
 EXTRA_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -33,9 +41,22 @@ app = typer.Typer(
     name="lze-bench",
     help="Benchmark online prompt selection for RL post-training (GRPO) with honest FLOP accounting.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"lze-bench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
+                                 help="Print the version and exit."),
+):
+    pass
 
 
 def friendly_errors(fn):
@@ -48,10 +69,83 @@ def friendly_errors(fn):
         except LzeBenchError as exc:
             if os.environ.get("LZE_BENCH_DEBUG") == "1":
                 raise
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(f"error: {' '.join(str(exc).split())}", err=True)  # one line, whatever the message holds
             raise typer.Exit(code=2)
 
     return wrapper
+
+
+class ConfigHelp:
+    """A command taking Hydra overrides: `--help` lists its config groups and keys, Tab completes them.
+
+    Both are read from the config store (config/help.py), never from a list kept here.
+    """
+
+    def format_help(self, ctx, formatter) -> None:
+        super().format_help(ctx, formatter)
+        from lze_bench.config.help import help_rows
+
+        rows = help_rows(self.name)
+        if getattr(self, "rich_markup_mode", None) is None:
+            with formatter.section("Config (KEY=VALUE arguments)"):
+                formatter.write_dl(rows)
+            return
+        from rich.console import Console
+        from rich.markup import escape
+        from rich.panel import Panel
+        from rich.table import Table
+
+        table = Table.grid(padding=(0, 1))
+        table.add_column(style="bold cyan", no_wrap=True)
+        table.add_column()
+        for left, right in rows:
+            table.add_row(escape(left), escape(right))
+        Console().print(Panel(table, title="Config (KEY=VALUE arguments)", title_align="left", border_style="dim"))
+
+    def shell_complete(self, ctx, incomplete: str):
+        items = super().shell_complete(ctx, incomplete)
+        if incomplete.startswith("-"):
+            return items
+        from lze_bench.config.help import complete_override
+
+        return items + [CompletionItem(value) for value in complete_override(self.name, list(ctx.args), incomplete)]
+
+
+class ConfigCommand(ConfigHelp, TyperCommand):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.options_metavar = "[OPTIONS] [KEY=VALUE]..."
+
+
+HYDRA_MULTIRUN = ("-m", "--multirun")
+
+
+def _overrides(ctx: typer.Context) -> list[str]:
+    """The trailing arguments, which must all be overrides: a stray option is a one-line error here,
+    not a Hydra parse error about a `--dry-run` typed as `--dryrun`."""
+    command = f"lze-bench {ctx.info_name}"
+    for arg in ctx.args:
+        if not arg.startswith("-"):
+            if "=" not in arg and not arg.startswith("~"):  # `~key` deletes a key; anything else sets one
+                raise LzeBenchError(f"{command}: {arg!r} is neither an option nor a KEY=VALUE override "
+                                    f"(see {command} --help)")
+            continue
+        name = arg.partition("=")[0]
+        if name in HYDRA_MULTIRUN:
+            if ctx.command.name == "sweep":
+                raise LzeBenchError(f"{command}: {name} is Hydra's multirun flag and not needed here: comma lists "
+                                    "make the grid (lze-bench sweep selector=uniform,lze seed=0,1)")
+            raise LzeBenchError(f"{command}: {name} (Hydra's multirun) is not an option: {command} runs one config; "
+                                "for a grid use lze-bench sweep selector=uniform,lze seed=0,1")
+        options = sorted({opt for param in ctx.command.params for opt in param.opts if opt.startswith("--")}
+                         | {"--help"})
+        import difflib
+
+        near = difflib.get_close_matches(name, options, n=1)
+        hint = f"; did you mean {near[0]}?" if near else ""
+        raise LzeBenchError(f"{command}: no such option {name}{hint} (options: {', '.join(options)}; "
+                            "other arguments are KEY=VALUE, without dashes)")
+    return list(ctx.args)
 
 
 def _compose(name: str, overrides: list[str]):
@@ -66,17 +160,24 @@ def _print_config(cfg) -> None:
     typer.echo(OmegaConf.to_yaml(cfg, resolve=True), nl=False)
 
 
-@app.command(context_settings=EXTRA_ARGS)
+CFG_HELP = "Print every key of the resolved config (defaults included) and exit."
+
+
+@app.command(cls=ConfigCommand, context_settings=EXTRA_ARGS)
 @friendly_errors
 def train(
     ctx: typer.Context,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config (and launch command); run nothing."),
+    show_cfg: bool = typer.Option(False, "--cfg", help=CFG_HELP),
 ):
     """Train one policy with one selector; writes one run directory.
 
     Example: lze-bench train selector=lze seed=1 trainer.steps=40
     """
-    cfg = _compose("train", ctx.args)
+    cfg = _compose("train", _overrides(ctx))
+    if show_cfg:
+        _print_config(cfg)
+        return
     from lze_bench.registry import BACKENDS
 
     backend = BACKENDS[cfg.backend.name]
@@ -92,22 +193,27 @@ def train(
     typer.echo(f"run directory: {run_dir}")
 
 
-@app.command(name="eval", context_settings=EXTRA_ARGS)
+@app.command(name="eval", cls=ConfigCommand, context_settings=EXTRA_ARGS)
 @friendly_errors
 def eval_(
     ctx: typer.Context,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config (sweep_dir=: the jobs); run nothing."),
+    show_cfg: bool = typer.Option(False, "--cfg", help=CFG_HELP),
 ):
     """Evaluate a checkpoint (model=PATH_OR_HF_ID), every checkpoint of a run (run=RUN_DIR), or of every
     run of a sweep as jobs (sweep_dir=SWEEP_DIR launcher=local|slurm; `lze-bench sweep status SWEEP_DIR` shows them).
 
     Example: lze-bench eval model=runs/x/checkpoints/step_000060 eval=math_suite
     """
-    cfg = _compose("eval", ctx.args)
+    args = _overrides(ctx)
+    cfg = _compose("eval", args)
+    if show_cfg:
+        _print_config(cfg)
+        return
     if cfg.sweep_dir:
         from lze_bench.sweep import evals as eval_sweep
 
-        eval_sweep.main(cfg, list(ctx.args), dry_run=dry_run)
+        eval_sweep.main(cfg, args, dry_run=dry_run)
         return
     if dry_run:
         _print_config(cfg)
@@ -133,7 +239,7 @@ def grade(
     grading_file.grade_file(predictions, out, timeout_s=timeout_s, workers=workers, mode=grading)
 
 
-class OverridesOrCommandGroup(TyperGroup):
+class OverridesOrCommandGroup(ConfigHelp, TyperGroup):
     """A group whose arguments are either a sub-command or Hydra overrides for the group itself.
 
     `lze-bench sweep status DIR` runs the `status` sub-command; `lze-bench sweep
@@ -180,6 +286,7 @@ app.add_typer(sweep_app, name="sweep")
 def sweep(
     ctx: typer.Context,
     dry_run: bool = typer.Option(False, "--dry-run", help="List the jobs (and Slurm scripts); submit nothing."),
+    show_cfg: bool = typer.Option(False, "--cfg", help="Print the sweep's own resolved config (its recipe) and exit."),
 ):
     """Run a grid of trainings with submitit: `sweep sweep=NAME` or inline multirun overrides.
 
@@ -189,7 +296,10 @@ def sweep(
         return
     from lze_bench import sweep as sweep_module
 
-    sweep_module.main(list(ctx.args), dry_run=dry_run)
+    if show_cfg:
+        _print_config(_compose("sweep", sweep_module.split_args(_overrides(ctx))[0]))
+        return
+    sweep_module.main(_overrides(ctx), dry_run=dry_run)
 
 
 @sweep_app.command(name="status")
@@ -230,12 +340,13 @@ def report(
     report_module.main(sweep_dir, name=name, out_root=out_root, options=options)
 
 
-@app.command(context_settings=EXTRA_ARGS)
+@app.command(cls=ConfigCommand, context_settings=EXTRA_ARGS)
 @friendly_errors
 def replay(
     ctx: typer.Context,
     rollouts: Path = typer.Argument(..., help="rollouts.parquet of a run, or JSONL rows {step, prompt_id, rewards}."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the rows plus rolled_out/kept columns here."),
+    show_cfg: bool = typer.Option(False, "--cfg", help=CFG_HELP),
 ):
     """Replay a recorded rollout log through a selector (counterfactual selection).
 
@@ -243,7 +354,10 @@ def replay(
     """
     from lze_bench import replay as replay_module
 
-    cfg = _compose("replay", ctx.args)
+    cfg = _compose("replay", _overrides(ctx))
+    if show_cfg:
+        _print_config(cfg)
+        return
     replay_module.run_replay(rollouts, cfg, out)
 
 
@@ -257,7 +371,7 @@ def bench(
     """Measure performance (time, throughput) and print a table; extra key=value options per benchmark."""
     from lze_bench.bench import run_bench
 
-    run_bench(what, list(ctx.args), json_path)
+    run_bench(what, _overrides(ctx), json_path)
 
 
 @app.command()
