@@ -111,6 +111,10 @@ def train(cfg) -> Path:
     from lze_bench.tracking import preflight
 
     preflight(objects.logger)  # a missing package or W&B key fails before the warm start
+    if objects.model.path:
+        from lze_bench.hub import hub_model_path
+
+        hub_model_path(objects.model.path)  # before torch loads: a hub id that cannot load fails at once
     from lze_bench.backends.local.model import setup_torch
 
     setup_torch(objects.backend.threads)
