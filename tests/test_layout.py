@@ -20,7 +20,7 @@ LAYERS = [
     ["__init__", "errors"],  # the version; LzeBenchError
     ["registry", "jsonl", "rundir", "flops", "data_order", "rollout_store", "budget", "hub"],  # plumbing on errors alone
     ["tracking"],  # experiment trackers (their config schema is part of config)
-    ["grading", "ledger", "config"],  # the one grading function; the ledger schema; config composition
+    ["grading", "ledger", "config", "runlock"],  # the one grading function; the ledger schema; config; run-dir locks
     ["benchmarks", "selectors", "launchers"],  # plug-ins described by config: datasets, selectors, launchers
     ["data", "step_rounds", "replay"],  # rows by benchmark name; selection rounds; counterfactual replay
     ["tasks"],  # training prompt sets, loaded through data

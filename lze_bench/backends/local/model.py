@@ -132,11 +132,13 @@ def load_policy(directory: str | Path, device, dtype: str = "float32"):
 
     from lze_bench.hub import hub_model_path
 
+    from safetensors import SafetensorError
+
     source = hub_model_path(str(directory))  # an unreachable hub id fails here, not after 22 retry lines
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype(dtype))
-    except OSError as exc:
+    except (OSError, ValueError, SafetensorError) as exc:  # missing/truncated files, an unknown config
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         raise LzeBenchError(f"model.path={directory}: cannot load a Hugging Face model there ({first})") from exc
     tokenizer.padding_side = "left"
