@@ -293,5 +293,5 @@ def load_state(path) -> dict:
         with np.load(path, allow_pickle=False) as data:
             return {key: (data[key].item() if data[key].ndim == 0 else data[key].copy()) for key in data.files}
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
-        raise damaged_file(path, exc, "delete that step's checkpoint to resume from the one before it, or start "
+        raise damaged_file(path, exc, "delete that step's checkpoint to resume from the checkpoint before it, or start "
                                       "the run over in another run_dir=PATH") from exc
