@@ -27,6 +27,7 @@ LAYERS = [
     ["evaluation", "backends"],  # `eval`/`grade`; training runs
     ["sweep", "bench"],  # grids of training runs; timings
     ["report"],  # reads sweeps' manifests and run directories
+    ["argv"],  # the command line's grammar: overrides, --help's config panel, completion
     ["cli"],  # the Typer app over all of it
 ]
 
