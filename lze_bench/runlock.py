@@ -57,7 +57,7 @@ def hold_run_dir(run_dir: str | os.PathLike, role: str, key: str = "run_dir", na
     if role not in ROLES:
         raise ValueError(f"unknown lock role {role!r}")
     path = lock_path(run_dir, role)
-    created = not path.parent.exists()
+    created = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]  # deepest first
     path.parent.mkdir(parents=True, exist_ok=True)
     # not a singleton: a second `with` in the same process must be refused too (tests run commands in-process)
     lock = FileLock(str(path), is_singleton=False)
@@ -75,17 +75,19 @@ def hold_run_dir(run_dir: str | os.PathLike, role: str, key: str = "run_dir", na
     finally:
         lock.release()
         if created:
-            _remove_if_only_locks(path.parent)
+            _remove_if_only_locks(created)
 
 
-def _remove_if_only_locks(run_dir: Path) -> None:
-    """A command that failed before writing anything leaves no empty run directory behind."""
+def _remove_if_only_locks(created: list[Path]) -> None:
+    """A command that failed before writing anything leaves none of the folders it created behind."""
     names = {f".{role}.lock{suffix}" for role in ROLES for suffix in ("", ".holder")}
     try:
-        if all(child.name in names for child in run_dir.iterdir()):
-            for child in run_dir.iterdir():
-                child.unlink()
-            run_dir.rmdir()
+        if any(child.name not in names for child in created[0].iterdir()):
+            return
+        for child in created[0].iterdir():
+            child.unlink()
+        for folder in created:  # deepest first; stops at the first that holds something else
+            folder.rmdir()
     except OSError:  # another process just started writing there: leave it
         pass
 

@@ -144,13 +144,22 @@ def _one_line(result) -> str:
     return lines[0]
 
 
-def test_a_second_eval_of_the_same_run_is_refused_in_one_line(tiny_checkpoint, tmp_path, hold_lock):
+def test_a_second_eval_of_the_same_results_is_refused_in_one_line(tiny_checkpoint, tmp_path, hold_lock):
+    from lze_bench.config import to_objects
+    from lze_bench.evaluation.outputs import results_dir
+    from lze_bench.evaluation.runner import find_targets
+    from lze_bench.evaluation.settings import eval_settings, settings_key
+
     run = _make_run(tmp_path, tiny_checkpoint)
+    overrides = [f"run={run}", *SMOKE, "eval.benchmarks=[amc23]"]
+    options = to_objects(compose("eval", overrides))
+    first, key = find_targets(options)[0], settings_key(eval_settings(options))
     hold_lock(run, "train")  # a run may be evaluated while it trains: they write different files
-    holder = hold_lock(run, "eval")
-    line = _one_line(_eval_cli([f"run={run}", "eval=synthetic", "limit=1"]))
-    assert f"run='{run}' is in use by another lze-bench eval (pid {holder.pid} " in line
-    assert not (run / "evals").exists()
+    holder = hold_lock(results_dir(first.out_dir, key), "eval")  # as a running eval of the same settings does
+    line = _one_line(_eval_cli(overrides))
+    assert (f"the results of {first.checkpoint} under settings {key} is in use by another lze-bench eval "
+            f"(pid {holder.pid} ") in line
+    assert not (run / "evals.parquet").exists()
 
 
 def test_a_damaged_evals_parquet_is_left_as_is_and_rebuilt_once_moved_away(tiny_checkpoint, tmp_path):

@@ -114,7 +114,6 @@ def _write_heldout(run_dir: Path, rows: list[dict]) -> None:
 
 def train(cfg) -> Path:
     from lze_bench.config import config_dict, to_objects
-
     from lze_bench.runlock import hold_run_dir
 
     objects = to_objects(cfg)
