@@ -285,13 +285,14 @@ def save_state(path, state: dict) -> None:
 def load_state(path) -> dict:
     """Read a state written by `save_state`; 0-d arrays come back as Python scalars.
 
-    A file that cannot be read (truncated, not an npz) is one LzeBenchError line naming it.
+    A file that cannot be read (truncated, not an npz) is one LzeBenchError line naming it; an
+    object array, which only pickle could read, stays numpy's ValueError (refused, not damaged).
     """
     import zipfile
 
     try:
         with np.load(path, allow_pickle=False) as data:
             return {key: (data[key].item() if data[key].ndim == 0 else data[key].copy()) for key in data.files}
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+    except (OSError, EOFError, KeyError, zipfile.BadZipFile) as exc:
         raise damaged_file(path, exc, "delete that step's checkpoint to resume from the checkpoint before it, or start "
                                       "the run over in another run_dir=PATH") from exc
