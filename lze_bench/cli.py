@@ -1,7 +1,9 @@
 """The `lze-bench` command line (Typer owns argv; Hydra only composes).
 
 Every command that takes configuration accepts Hydra overrides as trailing
-arguments (`lze-bench train selector=lze selector.keep_ratio=0.4 seed=1`).
+arguments (`lze-bench train selector=lze selector.keep_ratio=0.4 seed=1`);
+argv.py checks them and gives those commands their `--help` config panel and
+Tab completion.
 Errors a user can fix print one line and exit with code 2; set
 LZE_BENCH_DEBUG=1 for the traceback. Heavy imports (torch, backends) happen
 inside the command that needs them, so `--help` stays fast.
@@ -12,20 +14,19 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Optional
 
 import typer
-from typer.core import TyperGroup
 
-try:  # the click that typer runs on: recent typer (0.29 here) vendors its own copy as typer._click
-    from typer._click.core import Command as ClickCommand
-    from typer._click.exceptions import UsageError
-except ImportError:  # older typer runs on click itself
-    from click import Command as ClickCommand
-    from click import UsageError
-
+from lze_bench import __version__
+from lze_bench.argv import ConfigCommand, OverridesOrCommandGroup, overrides
 from lze_bench.errors import LzeBenchError
+
+# torch warns on import when the deprecated `pynvml` package is installed (OpenRLHF's dependencies bring
+# it): a note for whoever installed it, not for a user of this command
+warnings.filterwarnings("ignore", message="The pynvml package is deprecated", category=FutureWarning)
 
 EXTRA_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -33,9 +34,22 @@ app = typer.Typer(
     name="lze-bench",
     help="Benchmark online prompt selection for RL post-training (GRPO) with honest FLOP accounting.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"lze-bench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
+                                 help="Print the version and exit."),
+):
+    pass
 
 
 def friendly_errors(fn):
@@ -48,7 +62,7 @@ def friendly_errors(fn):
         except LzeBenchError as exc:
             if os.environ.get("LZE_BENCH_DEBUG") == "1":
                 raise
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(f"error: {' '.join(str(exc).split())}", err=True)  # one line, whatever the message holds
             raise typer.Exit(code=2)
 
     return wrapper
@@ -66,17 +80,24 @@ def _print_config(cfg) -> None:
     typer.echo(OmegaConf.to_yaml(cfg, resolve=True), nl=False)
 
 
-@app.command(context_settings=EXTRA_ARGS)
+CFG_HELP = "Print every key of the resolved config (defaults included) and exit."
+
+
+@app.command(cls=ConfigCommand, context_settings=EXTRA_ARGS)
 @friendly_errors
 def train(
     ctx: typer.Context,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config (and launch command); run nothing."),
+    show_cfg: bool = typer.Option(False, "--cfg", help=CFG_HELP),
 ):
     """Train one policy with one selector; writes one run directory.
 
     Example: lze-bench train selector=lze seed=1 trainer.steps=40
     """
-    cfg = _compose("train", ctx.args)
+    cfg = _compose("train", overrides(ctx))
+    if show_cfg:
+        _print_config(cfg)
+        return
     from lze_bench.registry import BACKENDS
 
     backend = BACKENDS[cfg.backend.name]
@@ -92,22 +113,27 @@ def train(
     typer.echo(f"run directory: {run_dir}")
 
 
-@app.command(name="eval", context_settings=EXTRA_ARGS)
+@app.command(name="eval", cls=ConfigCommand, context_settings=EXTRA_ARGS)
 @friendly_errors
 def eval_(
     ctx: typer.Context,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config (sweep_dir=: the jobs); run nothing."),
+    show_cfg: bool = typer.Option(False, "--cfg", help=CFG_HELP),
 ):
     """Evaluate a checkpoint (model=PATH_OR_HF_ID), every checkpoint of a run (run=RUN_DIR), or of every
     run of a sweep as jobs (sweep_dir=SWEEP_DIR launcher=local|slurm; `lze-bench sweep status SWEEP_DIR` shows them).
 
     Example: lze-bench eval model=runs/x/checkpoints/step_000060 eval=math_suite
     """
-    cfg = _compose("eval", ctx.args)
+    args = overrides(ctx)
+    cfg = _compose("eval", args)
+    if show_cfg:
+        _print_config(cfg)
+        return
     if cfg.sweep_dir:
         from lze_bench.sweep import evals as eval_sweep
 
-        eval_sweep.main(cfg, list(ctx.args), dry_run=dry_run)
+        eval_sweep.main(cfg, args, dry_run=dry_run)
         return
     if dry_run:
         _print_config(cfg)
@@ -133,33 +159,6 @@ def grade(
     grading_file.grade_file(predictions, out, timeout_s=timeout_s, workers=workers, mode=grading)
 
 
-class OverridesOrCommandGroup(TyperGroup):
-    """A group whose arguments are either a sub-command or Hydra overrides for the group itself.
-
-    `lze-bench sweep status DIR` runs the `status` sub-command; `lze-bench sweep
-    sweep=NAME --dry-run` (first argument not a sub-command's name) parses like a
-    plain command: options may come anywhere and every other argument reaches
-    the group's callback as an override. A sub-command's usage mistake (a bad
-    `--every`, a missing DIR) prints one line and exits 2, like LzeBenchError.
-    """
-
-    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
-        if args and args[0] in self.commands:
-            return super().parse_args(ctx, args)
-        ctx.allow_interspersed_args = True  # a group stops parsing options at the first argument; a command does not
-        return ClickCommand.parse_args(self, ctx, args)
-
-    def invoke(self, ctx: typer.Context):
-        try:
-            return super().invoke(ctx)
-        except UsageError as exc:
-            if os.environ.get("LZE_BENCH_DEBUG") == "1" or exc.ctx is None or exc.ctx.command is self:
-                raise
-            typer.echo(f"error: {exc.ctx.command_path}: {' '.join(exc.format_message().split())} "
-                       f"(see {exc.ctx.command_path} --help)", err=True)
-            raise typer.Exit(code=2) from None
-
-
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -180,6 +179,7 @@ app.add_typer(sweep_app, name="sweep")
 def sweep(
     ctx: typer.Context,
     dry_run: bool = typer.Option(False, "--dry-run", help="List the jobs (and Slurm scripts); submit nothing."),
+    show_cfg: bool = typer.Option(False, "--cfg", help="Print the sweep's own resolved config (its recipe) and exit."),
 ):
     """Run a grid of trainings with submitit: `sweep sweep=NAME` or inline multirun overrides.
 
@@ -189,7 +189,10 @@ def sweep(
         return
     from lze_bench import sweep as sweep_module
 
-    sweep_module.main(list(ctx.args), dry_run=dry_run)
+    if show_cfg:
+        _print_config(_compose("sweep", sweep_module.split_args(overrides(ctx))[0]))
+        return
+    sweep_module.main(overrides(ctx), dry_run=dry_run)
 
 
 @sweep_app.command(name="status")
@@ -230,12 +233,13 @@ def report(
     report_module.main(sweep_dir, name=name, out_root=out_root, options=options)
 
 
-@app.command(context_settings=EXTRA_ARGS)
+@app.command(cls=ConfigCommand, context_settings=EXTRA_ARGS)
 @friendly_errors
 def replay(
     ctx: typer.Context,
     rollouts: Path = typer.Argument(..., help="rollouts.parquet of a run, or JSONL rows {step, prompt_id, rewards}."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the rows plus rolled_out/kept columns here."),
+    show_cfg: bool = typer.Option(False, "--cfg", help=CFG_HELP),
 ):
     """Replay a recorded rollout log through a selector (counterfactual selection).
 
@@ -243,7 +247,10 @@ def replay(
     """
     from lze_bench import replay as replay_module
 
-    cfg = _compose("replay", ctx.args)
+    cfg = _compose("replay", overrides(ctx))
+    if show_cfg:
+        _print_config(cfg)
+        return
     replay_module.run_replay(rollouts, cfg, out)
 
 
@@ -257,7 +264,7 @@ def bench(
     """Measure performance (time, throughput) and print a table; extra key=value options per benchmark."""
     from lze_bench.bench import run_bench
 
-    run_bench(what, list(ctx.args), json_path)
+    run_bench(what, overrides(ctx), json_path)
 
 
 @app.command()

@@ -14,3 +14,14 @@ def missing_dependency(package: str, extra: str | None = None, why: str = "") ->
     hint = f"pip install 'lze-bench[{extra}]'" if extra else f"pip install {package}"
     reason = f" ({why})" if why else ""
     return LzeBenchError(f"{package} is not installed{reason}; install it with: {hint}")
+
+
+def damaged_file(path, exc: BaseException, fix: str) -> LzeBenchError:
+    """Error for a file that exists but cannot be read (truncated, overwritten, half-copied).
+
+    The caller raises it before writing anything, so the damaged file is left
+    exactly as found; `fix` says what the user can do (restore it, delete it,
+    start over in a new directory).
+    """
+    reason = " ".join(str(exc).split())[:160] or type(exc).__name__
+    return LzeBenchError(f"{path} is damaged and was left as is ({type(exc).__name__}: {reason}); {fix}")

@@ -18,6 +18,10 @@ Three tables live in a run directory:
 FLOP columns: per-step counts are exact integers (int64); `cum_flops` is a
 float64 running sum, because a long run of a 7B model passes 2^63 FLOPs
 (relative rounding 1e-16, far below anything a plot shows).
+
+Every reader goes through `_read_parquet`: a file that exists but cannot be
+read (truncated, half-copied) is one error line naming it and the fix, raised
+before anything is written, so the damaged file is never overwritten.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lze_bench.errors import LzeBenchError
+from lze_bench.errors import LzeBenchError, damaged_file
 from lze_bench.rundir import atomic_write_bytes
 
 LEDGER_FILE = "ledger.parquet"
@@ -114,6 +118,20 @@ def step_flops(row: dict) -> int:
     return sum(int(row[part]) for part in FLOP_PARTS)
 
 
+def run_file_fix(run_dir: str | os.PathLike) -> str:
+    """What to do about a damaged file the run cannot rebuild (its ledger, rollouts, config)."""
+    return f"restore it from a copy, or start the run over (delete {str(run_dir)!r} or pass another run_dir=PATH)"
+
+
+def _read_parquet(path: Path, fix: str) -> pd.DataFrame:
+    from pyarrow import ArrowException
+
+    try:
+        return pd.read_parquet(path)
+    except (ArrowException, OSError, ValueError, EOFError) as exc:  # ArrowInvalid: truncated / not Parquet
+        raise damaged_file(path, exc, fix) from exc
+
+
 def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
     buffer = io.BytesIO()
     frame.to_parquet(buffer, index=False)
@@ -187,7 +205,7 @@ def read_ledger(run_dir: str | os.PathLike) -> pd.DataFrame:
     path = Path(run_dir) / LEDGER_FILE
     if not path.exists():
         raise LzeBenchError(f"no ledger at {path}; is {str(run_dir)!r} a run directory?")
-    frame = pd.read_parquet(path)
+    frame = _read_parquet(path, run_file_fix(run_dir))
     missing = [c for c in LEDGER_COLUMNS if c not in frame]
     if missing:
         raise LzeBenchError(f"{path} lacks ledger columns: {', '.join(missing)}")
@@ -222,7 +240,7 @@ class RolloutLog:
                     path.unlink()
         compacted = self.run_dir / ROLLOUTS_FILE
         if compacted.exists():
-            frame = pd.read_parquet(compacted)
+            frame = _read_parquet(compacted, run_file_fix(self.run_dir))
             if (frame["step"] > int(step)).any():
                 _write_parquet(compacted, frame[frame["step"] <= int(step)].reset_index(drop=True))
 
@@ -244,12 +262,12 @@ def read_rollouts(run_dir: str | os.PathLike) -> pd.DataFrame:
     run_dir = Path(run_dir)
     frames = []
     if (run_dir / ROLLOUTS_FILE).exists():
-        frames.append(pd.read_parquet(run_dir / ROLLOUTS_FILE))
+        frames.append(_read_parquet(run_dir / ROLLOUTS_FILE, run_file_fix(run_dir)))
     parts = run_dir / ROLLOUT_PARTS
     if parts.is_dir():
         for path in sorted(parts.iterdir()):
             if _PART.match(path.name):
-                frames.append(pd.read_parquet(path))
+                frames.append(_read_parquet(path, run_file_fix(run_dir)))
     if not frames:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in ROLLOUT_COLUMNS})
     frame = pd.concat(frames, ignore_index=True)
@@ -288,7 +306,7 @@ def read_evals(run_dir: str | os.PathLike) -> pd.DataFrame:
     path = Path(run_dir) / EVALS_FILE
     if not path.exists():
         return _empty(EVAL_COLUMNS)
-    frame = pd.read_parquet(path)
+    frame = _read_parquet(path, _evals_fix(run_dir))
     missing = [c for c in EVAL_COLUMNS if c not in frame]
     if missing:
         raise LzeBenchError(
@@ -297,6 +315,12 @@ def read_evals(run_dir: str | os.PathLike) -> pd.DataFrame:
             f"`lze-bench eval run={run_dir}` again"
         )
     return _typed(frame, EVAL_COLUMNS)
+
+
+def _evals_fix(run_dir) -> str:
+    # `eval run=DIR` returns the entries it skips as done, so a fresh evals.parquet gets every row back
+    return (f"move it away and run `lze-bench eval run={run_dir}` again with the settings used: it rebuilds the "
+            "rows from evals/<checkpoint>/<settings>/summary.json without generating anything again")
 
 
 @contextlib.contextmanager

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,3 +116,23 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
     LlamaForCausalLM(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture
+def hold_lock():
+    """Hold a run directory's lock (runlock.py) from another process, as a running command does."""
+    holders = []
+
+    def start(run_dir, role: str) -> subprocess.Popen:
+        code = ("import sys\nfrom lze_bench.runlock import hold_run_dir\n"
+                "with hold_run_dir(sys.argv[1], sys.argv[2]):\n    print('held', flush=True)\n    sys.stdin.read()\n")
+        holder = subprocess.Popen([sys.executable, "-c", code, str(run_dir), role], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        holders.append(holder)
+        assert holder.stdout.readline().strip() == "held"
+        return holder
+
+    yield start
+    for holder in holders:
+        holder.kill()
+        holder.wait()

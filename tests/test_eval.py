@@ -129,6 +129,59 @@ def test_eval_run_appends_ledger_rows_and_resumes(tiny_checkpoint, tmp_path):
     assert sorted(set(evals["max_new_tokens"])) == [4, 6]
 
 
+def _eval_cli(overrides: list[str]):
+    from typer.testing import CliRunner
+
+    from lze_bench.cli import app
+
+    return CliRunner().invoke(app, ["eval", *overrides])
+
+
+def _one_line(result) -> str:
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_a_second_eval_of_the_same_results_is_refused_in_one_line(tiny_checkpoint, tmp_path, hold_lock):
+    from lze_bench.config import to_objects
+    from lze_bench.evaluation.outputs import results_dir
+    from lze_bench.evaluation.runner import find_targets
+    from lze_bench.evaluation.settings import eval_settings, settings_key
+
+    run = _make_run(tmp_path, tiny_checkpoint)
+    overrides = [f"run={run}", *SMOKE, "eval.benchmarks=[amc23]"]
+    options = to_objects(compose("eval", overrides))
+    first, key = find_targets(options)[0], settings_key(eval_settings(options))
+    hold_lock(run, "train")  # a run may be evaluated while it trains: they write different files
+    holder = hold_lock(results_dir(first.out_dir, key), "eval")  # as a running eval of the same settings does
+    line = _one_line(_eval_cli(overrides))
+    assert (f"the results of {first.checkpoint} under settings {key} is in use by another lze-bench eval "
+            f"(pid {holder.pid} ") in line
+    assert not (run / "evals.parquet").exists()
+
+
+def test_a_damaged_evals_parquet_is_left_as_is_and_rebuilt_once_moved_away(tiny_checkpoint, tmp_path):
+    import pandas as pd
+
+    from lze_bench.ledger import read_evals
+
+    run = _make_run(tmp_path, tiny_checkpoint)
+    overrides = [f"run={run}", "eval=synthetic", "limit=2", "eval.max_new_tokens=4", "grading.workers=1"]
+    _eval(overrides)
+    evals = read_evals(run)
+    path = run / "evals.parquet"
+    path.write_bytes(path.read_bytes()[:-7])
+    damaged = path.read_bytes()
+    line = _one_line(_eval_cli(overrides))
+    assert f"error: {path} is damaged and was left as is" in line and "move it away" in line
+    assert path.read_bytes() == damaged
+    path.rename(tmp_path / "evals.parquet.damaged")  # what the message says to do
+    _eval(overrides)
+    pd.testing.assert_frame_equal(read_evals(run), evals)
+
+
 def test_synthetic_benchmark_end_to_end(tiny_checkpoint, tmp_path):
     entries = _eval([f"model={tiny_checkpoint}", f"out_dir={tmp_path}", "eval=synthetic", "limit=3",
                      "eval.max_new_tokens=4", "grading.workers=1"])

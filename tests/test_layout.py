@@ -18,15 +18,16 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lze_bench"
 # Bottom first. A new top-level module or package takes the lowest floor its imports allow.
 LAYERS = [
     ["__init__", "errors"],  # the version; LzeBenchError
-    ["registry", "jsonl", "rundir", "flops", "data_order", "rollout_store", "budget"],  # plumbing on errors alone
+    ["registry", "jsonl", "rundir", "flops", "data_order", "rollout_store", "budget", "hub"],  # plumbing on errors alone
     ["tracking"],  # experiment trackers (their config schema is part of config)
-    ["grading", "ledger", "config"],  # the one grading function; the ledger schema; config composition
+    ["grading", "ledger", "config", "runlock"],  # the one grading function; the ledger schema; config; run-dir locks
     ["benchmarks", "selectors", "launchers"],  # plug-ins described by config: datasets, selectors, launchers
     ["data", "step_rounds", "replay"],  # rows by benchmark name; selection rounds; counterfactual replay
     ["tasks"],  # training prompt sets, loaded through data
     ["evaluation", "backends"],  # `eval`/`grade`; training runs
     ["sweep", "bench"],  # grids of training runs; timings
     ["report"],  # reads sweeps' manifests and run directories
+    ["argv"],  # the command line's grammar: overrides, --help's config panel, completion
     ["cli"],  # the Typer app over all of it
 ]
 

@@ -121,3 +121,31 @@ def test_config_hash_ignores_run_dir_and_launcher():
     same = dict(base, run_dir="b", launcher={"name": "slurm"})
     other = dict(base, seed=1)
     assert rundir.config_hash(base) == rundir.config_hash(same) != rundir.config_hash(other)
+
+
+def test_damaged_tables_are_one_line_naming_the_file_and_are_never_overwritten(tmp_path):
+    ledger, log = Ledger(tmp_path), RolloutLog(tmp_path)
+    ledger.append(_row(0))
+    log.append(0, [{"step": 0, "prompt_id": 0, "rewards": [1.0], "response_tokens": [3], "kept": True}])
+    log.compact()
+    eval_row = dict(step=0, checkpoint="step_000000", benchmark="gsm8k", num_problems=5, samples_per_problem=1,
+                    accuracy=0.2, ci_low=0.0, ci_high=0.5, pass_at_k=0.2, maj_at_k=0.2, k=1, suite="math_suite",
+                    settings_key="aaaaaaaaaaaa", generation_backend="hf", cum_flops=0.0, split="", temperature=0.0,
+                    top_p=1.0, max_new_tokens=64, limit=0, seed=0, prompt_template="default", chat_template=True,
+                    grading="boxed")
+    append_eval_rows(tmp_path, [eval_row])
+    readers = {
+        "ledger.parquet": [lambda: Ledger(tmp_path), lambda: read_ledger(tmp_path)],
+        "rollouts.parquet": [lambda: read_rollouts(tmp_path), lambda: RolloutLog(tmp_path).truncate_after(-1)],
+        "evals.parquet": [lambda: read_evals(tmp_path), lambda: append_eval_rows(tmp_path, [eval_row])],
+    }
+    for name, calls in readers.items():
+        path = tmp_path / name
+        path.write_bytes(path.read_bytes()[:-7])
+        damaged = path.read_bytes()
+        for call in calls:
+            with pytest.raises(LzeBenchError) as caught:
+                call()
+            message = str(caught.value)
+            assert message.startswith(f"{path} is damaged and was left as is (ArrowInvalid: ") and "\n" not in message
+            assert path.read_bytes() == damaged

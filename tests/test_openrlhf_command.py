@@ -352,3 +352,13 @@ def test_only_replaying_selectors_get_the_re_centred_loss(tmp_path):
     for selector in ("uniform", "lze", "hive"):
         assert "--algo.advantage.is_correction_level" not in flags_for(selector)
     assert "--algo.advantage.is_correction_level" not in flags_for("astral", "backend.rollout_store_groups=0")
+
+
+def test_a_second_train_on_an_openrlhf_run_dir_is_refused_in_one_line(tmp_path, hold_lock):
+    run = tmp_path / "run"
+    holder = hold_lock(run, "train")
+    result = CliRunner().invoke(app, ["train", *recipe_overrides(extra=[f"run_dir={run}"])])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert f"run_dir='{run}' is in use by another lze-bench train (pid {holder.pid} " in lines[0]
+    assert not (run / "config.yaml").exists()  # refused before writing anything

@@ -7,6 +7,11 @@ default run is the slow test at the bottom.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+import time
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -158,6 +163,74 @@ def test_cuda_asked_for_without_cuda_fails_with_one_line(tmp_path, cache_dir):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA; the message is for machines without it")
     assert "CUDA is not available" in one_error_line(train(tmp_path / "run", cache_dir, "device=cuda"))
+
+
+def train_argv(run_dir, cache_dir, *extra) -> list[str]:
+    """`lze-bench train` as its own process (the console script's module)."""
+    return [sys.executable, "-m", "lze_bench.cli", "train", *TINY, f"backend.cache_dir={cache_dir}",
+            f"run_dir={run_dir}", *extra]
+
+
+def test_a_second_train_on_a_run_dir_is_refused_and_a_killed_holder_leaves_no_stale_lock(tmp_path, cache_dir):
+    run_dir = tmp_path / "run"
+    endless = ["trainer.steps=100000"]
+    first = subprocess.Popen(train_argv(run_dir, cache_dir, *endless), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        holder = run_dir / ".train.lock.holder"
+        deadline = time.monotonic() + 300  # a bound on the wait for the first process, not an assertion on time
+        while not (holder.exists() and f"pid {first.pid} " in holder.read_text()):
+            assert first.poll() is None and time.monotonic() < deadline, "the first train never took its lock"
+            time.sleep(0.1)
+        line = one_error_line(train(run_dir, cache_dir, *endless, "backend.stop_after_steps=1"))
+        assert f"run_dir='{run_dir}' is in use by another lze-bench train (pid {first.pid} " in line
+        assert "pass another run_dir=PATH" in line
+    finally:
+        first.kill()  # SIGKILL: the holder runs no clean-up at all
+        first.wait()
+    ok(train(run_dir, cache_dir, *endless, "backend.stop_after_steps=1"))  # the OS released the dead holder's lock
+    assert read_ledger(run_dir)["step"].tolist() == [0]
+
+
+def test_train_prints_no_warnings_a_cpu_user_did_not_ask_for(tmp_path, cache_dir):
+    """With OpenRLHF's dependencies installed (deepspeed, pynvml), a local run prints only its run directory:
+    no DeepSpeed "Setting accelerator to CPU" (saving a checkpoint imported deepspeed) and no torch FutureWarning."""
+    run_dir = tmp_path / "run"
+    out = subprocess.run(train_argv(run_dir, cache_dir, "trainer.steps=2", "trainer.checkpoint_every=1"),
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [f"run directory: {run_dir}"]
+    for noise in ("accelerator", "DeepSpeed", "[WARNING]", "Warning:", "pynvml"):
+        assert noise not in out.stdout + out.stderr, out.stdout + out.stderr
+
+
+RESUMABLE = ["trainer.steps=4", "trainer.checkpoint_every=2", "trainer.eval_every=2", "selector=lze"]
+
+
+@pytest.fixture(scope="module")
+def resumable_run(tmp_path_factory, cache_dir):
+    """An unfinished run (lze, with a selector state) checkpointed at step 2, ready to resume."""
+    run_dir = tmp_path_factory.mktemp("resumable") / "run"
+    ok(train(run_dir, cache_dir, *RESUMABLE, "backend.stop_after_steps=3"))
+    assert not is_done(run_dir)
+    return run_dir
+
+
+@pytest.mark.parametrize("name", [
+    "ledger.parquet", "config.yaml", "heldout.jsonl", "selector_state/step_000002.npz",
+    "checkpoints/step_000002/trainer_state.pt", "checkpoints/step_000002/model.safetensors",
+])
+def test_a_damaged_file_fails_the_resume_in_one_line_and_is_left_as_is(tmp_path, cache_dir, resumable_run, name):
+    run_dir = tmp_path / "run"
+    shutil.copytree(resumable_run, run_dir)
+    path = run_dir / name
+    path.write_bytes(path.read_bytes()[:-7])  # cut short, as a full disk or an interrupted copy leaves it
+    damaged = path.read_bytes()
+    line = one_error_line(train(run_dir, cache_dir, *RESUMABLE))
+    named = path.parent if name.endswith(".safetensors") else path  # weights: the whole checkpoint is named
+    assert f"error: {named} is damaged and was left as is" in line
+    assert "start the run over" in line and ("restore it" in line or "to resume from the checkpoint before" in line)
+    assert path.read_bytes() == damaged
 
 
 def test_warm_start_is_shared_by_selectors_and_seeds(tmp_path, cache_dir):

@@ -159,6 +159,7 @@ def compose(name: str, overrides: list[str] | tuple[str, ...] = ()):
         raise LzeBenchError(unknown_choice("command config", name, CONFIGS))
     overrides = rewrite_recipe_paths(rewrite_model_override(rewrite_logger_override(list(overrides))))
     _check_group_choices(overrides)
+    _refuse_hydra_keys(overrides)
     if name == "train":
         overrides = backend_trainer_defaults(overrides) + overrides
     GlobalHydra.instance().clear()
@@ -167,8 +168,44 @@ def compose(name: str, overrides: list[str] | tuple[str, ...] = ()):
             cfg = hydra_compose(config_name=name, overrides=overrides)
         except Exception as exc:  # hydra's messages are multi-line: make one line
             raise LzeBenchError(_one_line(exc, name, overrides)) from exc
+        _refuse_added_keys(cfg, name, overrides)
     to_objects(cfg)  # runs every schema's __post_init__ (value checks)
     return cfg
+
+
+def _refuse_hydra_keys(overrides: list[str]) -> None:
+    """`hydra.run.dir=...` would compose silently and do nothing: Hydra only composes here."""
+    for item in overrides:
+        key = item.partition("=")[0].lstrip("+~")
+        if key == "hydra" or key.startswith("hydra."):
+            raise LzeBenchError(f"{key}: lze-bench composes its config with Hydra but is not a Hydra app, so "
+                                "hydra.* keys do nothing; drop it (outputs go to run_dir= / sweep_dir=)")
+
+
+def _refuse_added_keys(cfg, name: str, overrides: list[str]) -> None:
+    """`+trainer.foo=1` adds a key no schema has, which nothing would read: refuse it.
+
+    `+` stays valid where a schema holds a free-form map (a `Dict[str, ...]` field such as
+    `launcher.additional_parameters`) and for config groups (`+group=option`).
+    """
+    import dataclasses
+
+    from omegaconf import DictConfig, OmegaConf
+
+    for item in overrides:
+        raw = item.partition("=")[0]
+        key = raw.lstrip("+")
+        if raw == key or key in REGISTRY_GROUPS or key in YAML_GROUPS:
+            continue
+        parent_key, _, leaf = key.rpartition(".")
+        parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+        schema = OmegaConf.get_type(parent) if isinstance(parent, DictConfig) else None
+        if schema is None or not dataclasses.is_dataclass(schema):
+            continue  # a free-form map: any key may be added
+        if leaf not in {f.name for f in dataclasses.fields(schema)}:
+            message = _unknown_key_message(name, overrides, key)
+            raise LzeBenchError(f"{raw}: {message}; '+' cannot add keys to {parent_key or 'the top level'} "
+                                "(nothing would read them): use an existing key")
 
 
 def backend_trainer_defaults(overrides: list[str]) -> list[str]:
@@ -274,6 +311,10 @@ def _one_line(exc: Exception, name: str, overrides: list[str]) -> str:
         cause = exc.__cause__
         detail = str(cause).splitlines()[0] if cause else first
         return f"{first.split(' ', 3)[-1]}: {detail}"
+    if first.startswith("Ambiguous value for argument"):  # `key=a,b` outside a sweep
+        item = first.split("'", 1)[1].rsplit("'", 1)[0]
+        return (f"{item}: a comma list is a sweep over values, and {name} runs one: use "
+                f"`lze-bench sweep {item}` (a list value is written key=[a,b], a string with a comma key='a,b')")
     if "Could not find" in first:
         return first.replace("In '" + name + "': ", "")
     return first

@@ -122,6 +122,9 @@ class HFGenerator(_Base):
 
     def __init__(self, path: str, device: str = "cpu", dtype: str = "auto", batch_size: int = 8,
                  use_chat_template: bool = True):
+        from lze_bench.hub import hub_model_path
+
+        resolved = hub_model_path(path)  # an unreachable hub id fails in one line before torch loads
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -131,12 +134,9 @@ class HFGenerator(_Base):
             raise LzeBenchError("device=cuda but torch sees no CUDA device; pass device=cpu")
         if dtype == "auto":
             dtype = "bfloat16" if device.startswith("cuda") else "float32"
-        source = str(Path(path).expanduser()) if path.startswith("~") else path
-        if path.startswith(("/", "./", "../", "~")) and not Path(source).exists():
-            raise LzeBenchError(f"model path {path!r} does not exist; pass model=PATH_OR_HF_ID")
         try:
-            tokenizer = AutoTokenizer.from_pretrained(source)
-            model = AutoModelForCausalLM.from_pretrained(source, dtype=getattr(torch, dtype))
+            tokenizer = AutoTokenizer.from_pretrained(resolved)
+            model = AutoModelForCausalLM.from_pretrained(resolved, dtype=getattr(torch, dtype))
         except (OSError, ValueError) as exc:
             first = (str(exc).splitlines() or [type(exc).__name__])[0]
             raise LzeBenchError(f"model {path!r} could not be loaded ({first}); pass model=PATH_OR_HF_ID") from None

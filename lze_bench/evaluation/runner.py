@@ -150,13 +150,18 @@ def load_suite(options, settings: dict) -> dict[str, list[dict]]:
 
 def evaluate_targets(targets: list[Target], options, settings: dict, data: dict, show: bool) -> list[dict]:
     from lze_bench.grading import Grader
+    from lze_bench.runlock import hold_run_dir
 
     entries: list[dict] = []
+    key = settings_key(settings)
     grading = options.grading
     with Grader(timeout_s=grading.timeout_s, workers=grading.workers, mode=options.eval.grading) as grader, \
             _progress(show) as progress:
         for target in targets:
-            done = evaluate_target(target, options, settings, data, grader, progress)
+            # one process per results folder: two evals of the same checkpoint and settings would race on its files
+            with hold_run_dir(results_dir(target.out_dir, key), "eval", key="",
+                              name=f"the results of {target.checkpoint} under settings {key}"):
+                done = evaluate_target(target, options, settings, data, grader, progress)
             entries += done
             if options.run:
                 append_to_run(Path(options.run), target.step, target.checkpoint, done)

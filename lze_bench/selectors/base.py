@@ -18,7 +18,7 @@ from typing import Callable, ClassVar
 
 import numpy as np
 
-from lze_bench.errors import LzeBenchError
+from lze_bench.errors import LzeBenchError, damaged_file
 from lze_bench.selectors.stats import binary_ones, group_stats, reward_stats  # noqa: F401  (re-exported)
 from lze_bench.selectors.topk import gumbel_top_k, gumbel_where, top_k_mask  # noqa: F401  (re-exported)
 
@@ -283,6 +283,16 @@ def save_state(path, state: dict) -> None:
 
 
 def load_state(path) -> dict:
-    """Read a state written by `save_state`; 0-d arrays come back as Python scalars."""
-    with np.load(path, allow_pickle=False) as data:
-        return {key: (data[key].item() if data[key].ndim == 0 else data[key].copy()) for key in data.files}
+    """Read a state written by `save_state`; 0-d arrays come back as Python scalars.
+
+    A file that cannot be read (truncated, not an npz) is one LzeBenchError line naming it; an
+    object array, which only pickle could read, stays numpy's ValueError (refused, not damaged).
+    """
+    import zipfile
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: (data[key].item() if data[key].ndim == 0 else data[key].copy()) for key in data.files}
+    except (OSError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+        raise damaged_file(path, exc, "delete that step's checkpoint to resume from the checkpoint before it, or start "
+                                      "the run over in another run_dir=PATH") from exc

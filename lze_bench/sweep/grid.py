@@ -104,13 +104,37 @@ def grid_axes(spec_grid: dict, spec_overrides: list[str], train_args: list[str])
         key = override.get_key_element()
         axes.pop(key, None)  # the command line replaces a recipe axis of the same key
         if override.is_sweep_override():
-            axes[key] = list(override.sweep_string_iterator())
+            axes[key] = _sweep_values(override, key)
         else:
             fixed.append(override.input_line)
     for key in axes:
         if key.lstrip("+~") in NOT_SWEEPABLE:
             raise LzeBenchError(f"{key} cannot be swept (one {key} per sweep); pass a single value")
     return fixed, axes
+
+
+def _sweep_values(override, key: str) -> list[str]:
+    """The values of one sweep override. `glob(l*)` is matched against the options of its config
+    group here: Hydra expands a glob only inside its own app (the config loader `compose` lacks)."""
+    from hydra.core.override_parser.types import ValueType
+
+    from lze_bench.config import REGISTRY_GROUPS, YAML_GROUPS, group_options
+
+    if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
+        group = key.lstrip("+~")
+        if group not in REGISTRY_GROUPS and group not in YAML_GROUPS:
+            groups = ", ".join(sorted({*REGISTRY_GROUPS, *YAML_GROUPS}))
+            raise LzeBenchError(f"{override.input_line}: glob() picks options of a config group ({groups}); "
+                                f"for {group} list the values with commas")
+        options = group_options(group)
+        values = override.value().filter(options)
+        if not values:
+            raise LzeBenchError(f"{override.input_line}: matches no {group} (options: {', '.join(options)})")
+        return values
+    try:
+        return list(override.sweep_string_iterator())
+    except Exception as exc:  # hydra's messages are multi-line
+        raise LzeBenchError(f"{override.input_line}: {str(exc).splitlines()[0]}") from exc
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.=-]+")

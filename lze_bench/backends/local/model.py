@@ -14,8 +14,10 @@ the same initial weights on every machine of the same torch version.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -89,19 +91,56 @@ def save_policy(model, tokenizer, directory: str | Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.save_pretrained(str(directory))
+    with _no_deepspeed_probe():
+        model.save_pretrained(str(directory))
     tokenizer.save_pretrained(str(directory))
+
+
+@contextlib.contextmanager
+def _no_deepspeed_probe():
+    """Keep `save_pretrained` from importing DeepSpeed, which this backend never uses.
+
+    transformers' `unwrap_model` calls accelerate's `extract_model_from_parallel`
+    (accelerate/utils/other.py), which imports deepspeed whenever it is installed
+    (OpenRLHF brings it) only to test `isinstance(model, DeepSpeedEngine)`. That
+    import costs seconds and prints DeepSpeed's "Setting accelerator to CPU"
+    warning to stdout on every CPU run. Our model is a plain module, never an
+    engine, so the probe is answered "not installed" for the duration of the
+    call; when deepspeed is already imported (something else in the process uses
+    it) nothing is changed.
+    """
+    other = sys.modules.get("accelerate.utils.other")
+    if other is None:
+        try:
+            import accelerate.utils.other as other
+        except ImportError:  # no accelerate: transformers unwraps by hand, no deepspeed import
+            other = None
+    if other is None or "deepspeed" in sys.modules or not hasattr(other, "is_deepspeed_available"):
+        yield
+        return
+    probe = other.is_deepspeed_available
+    other.is_deepspeed_available = lambda: False
+    try:
+        yield
+    finally:
+        other.is_deepspeed_available = probe
 
 
 def load_policy(directory: str | Path, device, dtype: str = "float32"):
     """(model, tokenizer) from an HF directory or hub id; the tokenizer pads on the left."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from lze_bench.hub import hub_model_path
+
+    from safetensors import SafetensorError
+
+    source = hub_model_path(str(directory))  # an unreachable hub id fails here, not after 22 retry lines
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(directory))
-        model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch_dtype(dtype))
-    except OSError as exc:
-        raise LzeBenchError(f"model.path={directory}: cannot load a Hugging Face model there ({exc})") from exc
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype(dtype))
+    except (OSError, ValueError, SafetensorError) as exc:  # missing/truncated files, an unknown config
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise LzeBenchError(f"model.path={directory}: cannot load a Hugging Face model there ({first})") from exc
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 
-from lze_bench.errors import LzeBenchError
+from lze_bench.errors import LzeBenchError, damaged_file
 from lze_bench.rollout_store import RolloutStore
 from lze_bench.rundir import checkpoint_dir, mark_checkpoint_complete, selector_state_path
 from lze_bench.selectors import load_state, save_state
@@ -49,9 +49,9 @@ def load_checkpoint(run_dir: Path, updates: int, optimizer, selector, store: Rol
     import torch
 
     source = checkpoint_dir(run_dir, updates)
-    state = torch.load(source / TRAINER_STATE, map_location="cpu", weights_only=False)
+    state = _torch_load(source / TRAINER_STATE, source)
     optimizer.load_state_dict(state.pop("optimizer"))
-    saved = torch.load(source / ROLLOUT_STORE, map_location="cpu", weights_only=False)
+    saved = _torch_load(source / ROLLOUT_STORE, source)
     for group in saved["groups"]:
         store.put(group)
     path = selector_state_path(run_dir, updates)
@@ -59,3 +59,16 @@ def load_checkpoint(run_dir: Path, updates: int, optimizer, selector, store: Rol
         raise LzeBenchError(f"resume from {source}: missing selector state {path}; use a new run_dir")
     selector.load_state_dict(load_state(path))
     return state
+
+
+def _torch_load(path: Path, checkpoint: Path):
+    """torch.load of a checkpoint file; a damaged one is one line saying how to resume without it."""
+    import pickle
+
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as exc:
+        raise damaged_file(path, exc, f"delete {checkpoint} to resume from the checkpoint before it, or start "
+                                      "the run over in another run_dir=PATH") from exc

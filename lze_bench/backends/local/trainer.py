@@ -44,8 +44,8 @@ from pathlib import Path
 
 from lze_bench import __version__
 from lze_bench.budget import checkpoint_due, crossed, stop_reason
-from lze_bench.errors import LzeBenchError
-from lze_bench.ledger import step_flops
+from lze_bench.errors import LzeBenchError, damaged_file
+from lze_bench.ledger import run_file_fix, step_flops
 from lze_bench.rundir import (CONFIG, atomic_write_text, clear_progress, config_hash, default_run_dir, git_commit,
                               latest_checkpoint, mark_done, refuse_finished, write_progress)
 
@@ -82,8 +82,15 @@ def _write_config(run_dir: Path, container: dict, extra: dict) -> None:
     path = run_dir / CONFIG
     identity = _identity(container)
     if path.exists():
-        old = yaml.safe_load(path.read_text()) or {}
-        if old.get("identity") not in (None, identity):
+        try:
+            old = yaml.safe_load(path.read_text())
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise damaged_file(path, exc, run_file_fix(run_dir)) from exc
+        backend = old.get("backend") if isinstance(old, dict) else None
+        other_backend = isinstance(backend, dict) and backend.get("name") not in (None, "local")
+        if not other_backend and (not isinstance(old, dict) or "identity" not in old):  # cut short, or emptied
+            raise damaged_file(path, ValueError("no 'identity' key"), run_file_fix(run_dir))
+        if other_backend or old["identity"] != identity:
             raise LzeBenchError(f"run_dir {str(run_dir)!r} holds a run with a different config; "
                                 "pass a new run_dir=PATH (or rerun with that run's exact overrides to resume it)")
     body = {**container, "version": __version__, "git_commit": git_commit(), "identity": identity, **extra}
@@ -94,8 +101,11 @@ def _read_heldout(run_dir: Path, max_updates: int) -> list[dict]:
     path = run_dir / HELDOUT_FILE
     if not path.exists():
         return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in rows if r["updates"] <= max_updates]
+    try:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [r for r in rows if r["updates"] <= max_updates]
+    except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
+        raise damaged_file(path, exc, run_file_fix(run_dir)) from exc
 
 
 def _write_heldout(run_dir: Path, rows: list[dict]) -> None:
@@ -104,6 +114,7 @@ def _write_heldout(run_dir: Path, rows: list[dict]) -> None:
 
 def train(cfg) -> Path:
     from lze_bench.config import config_dict, to_objects
+    from lze_bench.runlock import hold_run_dir
 
     objects = to_objects(cfg)
     run_dir = resolve_run_dir(cfg)
@@ -111,14 +122,20 @@ def train(cfg) -> Path:
     from lze_bench.tracking import preflight
 
     preflight(objects.logger)  # a missing package or W&B key fails before the warm start
-    from lze_bench.backends.local.model import setup_torch
+    if objects.model.path:
+        from lze_bench.hub import hub_model_path
 
-    setup_torch(objects.backend.threads)
-    from lze_bench.grading import Grader
+        hub_model_path(objects.model.path)  # before torch loads: a hub id that cannot load fails at once
+    with hold_run_dir(run_dir, "train"):  # one process per run directory (runlock.py)
+        refuse_finished(run_dir)  # again, under the lock: a run that just finished is not started again
+        from lze_bench.backends.local.model import setup_torch
 
-    with Grader(timeout_s=5.0, workers=objects.backend.grade_workers) as grader:
-        session = _Session(objects, config_dict(cfg), run_dir, grader)
-        session.run()
+        setup_torch(objects.backend.threads)
+        from lze_bench.grading import Grader
+
+        with Grader(timeout_s=5.0, workers=objects.backend.grade_workers) as grader:
+            session = _Session(objects, config_dict(cfg), run_dir, grader)
+            session.run()
     return run_dir
 
 
@@ -164,7 +181,13 @@ class _Session:
         _write_config(self.run_dir, self.container, extra)
         resume = latest_checkpoint(self.run_dir)
         self.updates = resume[0] if resume else 0
-        model, tokenizer = load_policy(resume[1] if resume else initial, device, cfg.model.dtype)
+        try:
+            model, tokenizer = load_policy(resume[1] if resume else initial, device, cfg.model.dtype)
+        except LzeBenchError as exc:
+            if not resume:
+                raise
+            raise damaged_file(resume[1], exc, f"delete {resume[1]} to resume from the checkpoint before it, or "
+                                               "start the run over in another run_dir=PATH") from exc
         self.model, self.tokenizer, self.device, self.initial = model, tokenizer, device, initial
         self.flop_model = FlopModel.from_torch_model(model)
         rows = load_split("train", cfg.task)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from lze_bench.backends.openrlhf.command import RunPaths, driver_argv, format_command
@@ -83,7 +84,7 @@ def prepare(cfg) -> tuple[RunPaths, list[str]]:
     argv = driver_argv(cfg, paths)
     resolved = config_dict(cfg)
     if paths.config.exists():
-        previous = OmegaConf.to_container(OmegaConf.load(paths.config), resolve=True)
+        previous = _read_config(paths.config)
         previous.pop("lze_bench", None)
         same = {k: v for k, v in resolved.items() if k not in TRACKING_KEYS}  # trackers may change on resume
         if {k: v for k, v in previous.items() if k not in TRACKING_KEYS} != same:
@@ -101,8 +102,24 @@ def prepare(cfg) -> tuple[RunPaths, list[str]]:
     return paths, argv
 
 
+def _read_config(path: Path) -> dict:
+    """A run's config.yaml as a dict; one line when it is damaged (and it is left as is)."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from lze_bench.errors import damaged_file
+    from lze_bench.ledger import run_file_fix
+
+    try:
+        previous = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except (yaml.YAMLError, ValueError, UnicodeDecodeError) as exc:
+        raise damaged_file(path, exc, run_file_fix(path.parent)) from exc
+    return previous if isinstance(previous, dict) else {}
+
+
 def train(cfg) -> Path:
     from lze_bench.backends.openrlhf.command import check
+    from lze_bench.runlock import hold_run_dir
 
     check(cfg)  # a config mistake is reported before a missing package or a job
     if "SLURM_PROCID" in os.environ:
@@ -110,13 +127,14 @@ def train(cfg) -> Path:
     from lze_bench.tracking import preflight
 
     preflight(cfg.logger)  # the trainer actor opens the trackers; fail here, before a cluster starts
-    if cfg.launcher.name == "slurm":
-        return _submit(cfg)
-    from lze_bench.backends.openrlhf import require_gpu_stack
+    with hold_run_dir(resolve_paths(cfg).run_dir, "train"):  # one process per run directory (runlock.py)
+        if cfg.launcher.name == "slurm":
+            return _submit(cfg)
+        from lze_bench.backends.openrlhf import require_gpu_stack
 
-    require_gpu_stack()
-    paths, argv = prepare(cfg)
-    code = subprocess.run(argv, check=False).returncode
+        require_gpu_stack()
+        paths, argv = prepare(cfg)
+        code = subprocess.run(argv, check=False).returncode
     if code != 0:
         raise LzeBenchError(f"the OpenRLHF driver exited with code {code}; rerun the same command to resume")
     return paths.run_dir
@@ -126,11 +144,13 @@ def _run_node(cfg) -> Path:
     from lze_bench.backends.openrlhf.command import cluster_shape
     from lze_bench.backends.openrlhf.placement import ray_cpus
     from lze_bench.backends.openrlhf.slurm import NodeRole, job_hosts, node_main
+    from lze_bench.runlock import hold_run_dir
 
     _, gpus = cluster_shape(cfg)
     role = NodeRole.from_env(gpus, ray_cpus(cfg))
-    paths = prepare(cfg)[0] if role.rank == 0 else resolve_paths(cfg)
-    code = node_main(paths.run_dir, role, peers=job_hosts()[1:])
+    with hold_run_dir(resolve_paths(cfg).run_dir, "train") if role.rank == 0 else nullcontext():  # rank 0 writes
+        paths = prepare(cfg)[0] if role.rank == 0 else resolve_paths(cfg)
+        code = node_main(paths.run_dir, role, peers=job_hosts()[1:])
     if code != 0:
         raise LzeBenchError(f"the OpenRLHF driver exited with code {code} on {role.head_host}")
     return paths.run_dir
