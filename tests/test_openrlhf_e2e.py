@@ -25,8 +25,6 @@ LZE_BENCH_REQUIRE_OPENRLHF=1 after installing it, and then a missing import fail
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -195,7 +193,7 @@ def budget_bounds(world) -> tuple[float, float]:
 
     flops = FlopModel.from_hf_config(AutoConfig.from_pretrained(world["model"]))
     tokenizer = AutoTokenizer.from_pretrained(world["model"])
-    lengths = [len(tokenizer(PROMPT_TEMPLATE.format(problem=f"Is {i} odd? Reply 1 for yes, 0 for no."),
+    lengths = [len(tokenizer(PROMPT_TEMPLATE.format(problem=harness.PROBLEM.format(i=i)),
                              add_special_tokens=False)["input_ids"]) for i in range(10)]
     per_sample = 2 + 3 * EPOCHS
     return (BATCH * N * per_sample * flops.forward([min(lengths) + 1]),
