@@ -50,9 +50,10 @@ LEDGER_COLUMNS: dict[str, str] = {
     "prompts_considered": "int64",  # candidates offered to select_rollout (all rounds)
     "prompts_rolled_out": "int64",  # prompts generated for training (all rounds, probes excluded)
     "prompts_probed": "int64",  # measurement-only rollouts (ASTRAL reference set)
+    "prompts_dropped": "int64",  # ids at a pass's end never offered (a first round's drop_last; data_order.py)
     "groups_kept": "int64",  # fresh groups that reached the actor update
     "groups_replayed": "int64",  # stored groups added to the update (ASTRAL replay)
-    "gen_rounds": "int64",  # generation rounds this step (DAPO > 1)
+    "gen_rounds": "int64",  # rollout rounds this step (dapo, greso, hive: 1 or more)
     "samples": "int64",  # responses generated (rolled out x n, probes included)
     "prompt_tokens": "int64",  # prompt tokens of every generated response
     "generated_tokens": "int64",  # response tokens of every generated response

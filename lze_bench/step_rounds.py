@@ -10,16 +10,33 @@ backends call this one function, so `selector=NAME` makes the same rollout,
 keep and replay decisions on a laptop and on a cluster for the same rewards
 (tests/test_cross_backend.py checks it through each backend's own wiring).
 
-Choices where the specs are silent (ours):
-- data order: lze_bench.data_order.DataOrder, seeded by the run seed only; a
-  step's first round may not span two epochs (`prepare` moves to the next
-  one), and `begin_epoch(e)` runs once, at the start of the step whose first
-  round is in epoch `e`; later rounds take the next ids of the stream;
-- the first round offers `candidates_per_step` (config `data.candidates_per_step`,
-  else the selector's `candidates_per_step(B)`) with budget
-  `rollout_budget(B)`; a later round offers `round_candidates(more)` ids
-  (HIVE: `pool_factor x more`) with budget `more`; `candidate_mode="full"`
-  selectors (astral) see all ids each round and consume `len(ids)` of the stream;
+Data order (lze_bench.data_order.DataOrder, seeded by the run seed only; no
+prompt is skipped at a pass's end, selectors.md §0):
+- a step's first round takes `candidates_per_step` ids of one pass (config
+  `data.candidates_per_step`, else the selector's `candidates_per_step(B)`),
+  with budget `rollout_budget(B)`; fewer left in the pass are dropped
+  (`drop_last`) and counted (`Selection.dropped`, ledger `prompts_dropped`);
+- a later round offers `round_candidates(more)` ids (HIVE: `pool_factor x more`)
+  with budget `more`: the rest of this pass, then the next pass (`take_across`);
+- chunked selectors (`round_chunk() > 0`: GRESO, selectors.md §6 "Round
+  structure") examine the stream chunk by chunk, each chunk one pass's
+  `drop_last` batch, one `select_rollout(chunk, len(chunk))` per chunk with one
+  rng per round (so the draws are those of one vector over every examined
+  candidate), until at least `want` survivors wait: `want = rollout_budget(B)`
+  in round 0, `more` later. Every survivor is rolled out; unexamined ids stay
+  in the stream. A survivor already waiting in this round (the round crossed
+  into a new pass) is not added twice. A round that examined N candidates in a
+  row without a new survivor stops and rolls out what it has (ours: the
+  original would loop forever when every keep probability is 0);
+- `begin_epoch(e)` runs once per pass, before the first candidates of pass `e`
+  are offered: at the start of a step, or inside a step when a later round (or
+  a chunk) enters pass `e` (rng `[seed, t, TAG_BEGIN_EPOCH, r + 1]` in round
+  r; GRESO's exploration adaptation then reads the epoch the step ends in,
+  selectors.md §6); `Selection.epoch` is the pass the step started in;
+- `candidate_mode="full"` selectors (astral) see all ids each round and
+  consume `len(ids)` of the stream.
+
+Other choices where the specs are silent (ours):
 - a round in which the selector rolls out nothing ends the step (no observe /
   select_update on an empty batch), except for selectors that sample in
   rounds (`samples_in_rounds`: greso, hive), whose skip rules can empty a
@@ -66,7 +83,8 @@ class Selection:
     probe_groups: list = field(default_factory=list)
     rounds: list = field(default_factory=list)  # [Round]
     partial: bool = False
-    gen_rounds: int = 0  # select_rollout calls (a round that rolled out nothing counts)
+    gen_rounds: int = 0  # rollout rounds (a round that rolled out nothing counts; GRESO's chunks do not)
+    dropped: int = 0  # ids of a pass's end left unoffered by this step's first-round take (drop_last)
     time_select_s: float = 0.0
     time_rollout_s: float = 0.0
 
@@ -124,23 +142,45 @@ def begin_step(selector, order, *, seed: int, step: int, first_count: int, begun
     return epoch
 
 
+class _Stream:
+    """The step's view of the data order: takes candidates, announces a pass entered mid-step."""
+
+    def __init__(self, selector, order, seed: int, step: int, begun_epoch: int, clock: _Clock):
+        self.selector, self.order, self.seed, self.step = selector, order, seed, step
+        self.begun_epoch, self.clock = begun_epoch, clock
+
+    def take(self, count: int, round_index: int, across: bool) -> np.ndarray:
+        ids = self.order.take_across(count) if across else self.order.take(count)
+        if self.order.epoch != self.begun_epoch:  # the first candidates of a new pass: announce it first
+            self.begun_epoch = self.order.epoch
+            self.clock.select(self.selector.begin_epoch, self.begun_epoch,
+                              step_rng(self.seed, self.step, TAG_BEGIN_EPOCH, round_index + 1))
+        return ids
+
+
 def run_selection(selector, order, *, seed: int, step: int, batch_size: int, candidates_per_step: int | None,
                   max_rounds: int, group_size: int, rollout: Rollout, features=None,
                   begun_epoch: int = -1) -> tuple[Selection, int]:
     """One step's selector calls; returns (the decisions, the epoch begun: pass it back next step)."""
-    first_count = int(candidates_per_step or selector.candidates_per_step(int(batch_size)))
+    chunk = int(selector.round_chunk())
+    first_count = chunk or int(candidates_per_step or selector.candidates_per_step(int(batch_size)))
     selection = Selection(step=int(step), epoch=order.epoch)
     clock = _Clock(selection)
+    dropped_before = order.dropped
     begun_epoch = begin_step(selector, order, seed=seed, step=step, first_count=first_count,
                              begun_epoch=begun_epoch, selection=selection)
+    stream = _Stream(selector, order, seed, step, begun_epoch, clock)
     _probe(selector, seed, step, rollout, clock, selection)
     count, budget, round_index = first_count, int(selector.rollout_budget(int(batch_size))), 0
     while True:
-        candidates = (np.arange(order.num_prompts, dtype=np.int64) if selector.candidate_mode == "full"
-                      else order.take(count))
-        selection.considered += int(candidates.size)
         selection.gen_rounds = round_index + 1
-        ids = _select(selector, order, candidates, budget, seed, step, round_index, features, clock)
+        if chunk:
+            ids = _examine_chunks(selector, stream, chunk, budget, seed, step, round_index, features, clock, selection)
+        else:
+            candidates = (np.arange(order.num_prompts, dtype=np.int64) if selector.candidate_mode == "full"
+                          else stream.take(count, round_index, across=round_index > 0))
+            selection.considered += int(candidates.size)
+            ids = _select(selector, order, candidates, budget, seed, step, round_index, features, clock)
         if ids.size == 0 and not selector.samples_in_rounds:
             break
         groups, batch = (clock.rollout(rollout, ids, round_index, False) if ids.size
@@ -163,16 +203,41 @@ def run_selection(selector, order, *, seed: int, step: int, batch_size: int, can
         budget = int(decision.more)
         count = selector.round_candidates(budget)
         round_index += 1
-    return selection, begun_epoch
+    selection.dropped = int(order.dropped - dropped_before)
+    return selection, stream.begun_epoch
+
+
+def _examine_chunks(selector, stream: _Stream, chunk: int, want: int, seed, step, round_index, features, clock,
+                    selection: Selection) -> np.ndarray:
+    """A chunked round (GRESO): examine chunks until >= `want` survivors wait; returns them in examination order."""
+    rng = step_rng(seed, step, TAG_SELECT_ROLLOUT, round_index)  # one stream of draws across the round's chunks
+    waiting = np.zeros(stream.order.num_prompts, dtype=bool)
+    survivors, found, barren = [], 0, 0
+    while found < want and barren < stream.order.num_prompts:
+        candidates = stream.take(chunk, round_index, across=False)
+        selection.considered += int(candidates.size)
+        ids = np.asarray(clock.select(selector.select_rollout, candidates, int(candidates.size), step, rng, features),
+                         dtype=np.int64).reshape(-1)
+        _check_ids(selector, ids, candidates, candidates.size, step)
+        new = ids[~waiting[ids]]
+        waiting[new] = True
+        survivors.append(new)
+        found += int(new.size)
+        barren = 0 if new.size else barren + int(candidates.size)
+    return np.concatenate(survivors) if survivors else np.zeros(0, dtype=np.int64)
+
+
+def _check_ids(selector, ids, candidates, budget, step) -> None:
+    if ids.size > budget or not np.isin(ids, candidates).all() or np.unique(ids).size != ids.size:
+        raise LzeBenchError(f"selector {selector.name!r} returned ids that are not distinct candidates "
+                            f"within budget {budget} at step {step}")
 
 
 def _select(selector, order, candidates, budget, seed, step, round_index, features, clock) -> np.ndarray:
     rng = step_rng(seed, step, TAG_SELECT_ROLLOUT, round_index)
     ids = np.asarray(clock.select(selector.select_rollout, candidates, budget, step, rng, features),
                      dtype=np.int64).reshape(-1)
-    if ids.size > budget or not np.isin(ids, candidates).all() or np.unique(ids).size != ids.size:
-        raise LzeBenchError(f"selector {selector.name!r} returned ids that are not distinct candidates "
-                            f"within budget {budget} at step {step}")
+    _check_ids(selector, ids, candidates, budget, step)
     if selector.candidate_mode == "full":
         order.advance(ids.size)
     return ids

@@ -28,7 +28,7 @@ from lze_bench.rollout_store import RolloutStore
 from lze_bench.selectors import RolloutBatch, build_selector
 
 N_PROMPTS, BATCH, N, STEPS, SEED = 60, 4, 4, 6, 3
-CONFIGS = {"astral": {"ref_size": 8, "buffer_size": 12}}
+CONFIGS = {"astral": {"ref_size": 8, "buffer_size": 12}, "greso": {"chunk": 2}}  # chunk scaled to S = 6
 CASES = sorted(SELECTORS) + ["lze-align"]
 
 
@@ -112,6 +112,7 @@ def local_steps(case: str, monkeypatch) -> list:
         row, rows = runner.run(step)
         steps.append({"rolled": [(r["prompt_id"], r["round"], r["kept"]) for r in rows], "epoch": row["epoch"],
                       "considered": row["prompts_considered"], "gen_rounds": row["gen_rounds"],
+                      "dropped": row["prompts_dropped"],
                       "partial": row["partial"], "probed": row["prompts_probed"], "update": trained[-1],
                       "state": selector.state_dict()})
     return steps
@@ -131,6 +132,7 @@ def openrlhf_steps(case: str) -> list:
         record = driver.run_step(rollout)
         steps.append({"rolled": [(r["prompt_id"], r["round"], r["kept"]) for r in rollout_rows(record)],
                       "epoch": record.epoch, "considered": record.prompts_considered, "gen_rounds": record.gen_rounds,
+                      "dropped": record.prompts_dropped,
                       "partial": record.partial, "probed": record.prompts_probed,
                       "update": [(g.prompt_id, g.gen_step, False) for g in record.kept]
                       + [(g.prompt_id, g.gen_step, True) for g in record.replayed],
@@ -143,7 +145,7 @@ def test_both_backends_make_the_same_decisions_step_by_step(case, monkeypatch):
     local, cluster = local_steps(case, monkeypatch), openrlhf_steps(case)
     assert any(step["rolled"] for step in local)
     for step, (a, b) in enumerate(zip(local, cluster)):
-        for key in ("rolled", "epoch", "considered", "gen_rounds", "partial", "probed", "update"):
+        for key in ("rolled", "epoch", "considered", "gen_rounds", "dropped", "partial", "probed", "update"):
             assert a[key] == b[key], f"{case} step {step}: {key} differs"
         assert a["state"].keys() == b["state"].keys()
         for key in a["state"]:

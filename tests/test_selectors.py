@@ -257,7 +257,7 @@ def test_hive_and_greso_round_sizes_and_caps():
     hive = make("hive", num_prompts=100, batch_size=5)
     assert (hive.rollout_batch_size, hive.candidates_per_step(5), hive.round_candidates(3)) == (8, 16, 6)
     greso = make("greso", num_prompts=100, batch_size=5)
-    assert (greso.round_size, greso.min_round, greso.candidates_per_step(5), greso.rollout_budget(5)) == (8, 2, 8, 8)
+    assert (greso.round_size, greso.min_round, greso.candidates_per_step(5), greso.rollout_budget(5)) == (8, 8, 32, 8)
     assert greso.round_candidates(7) == 7 and greso.config.max_gen_batches == 0
     dead = batch(np.arange(8), np.ones((8, 4)))
     for round_index in range(9):  # hive: dapo's cap of 10 rounds, then a partial update

@@ -293,7 +293,9 @@ G2_ROUND1 = {
 
 
 def g2_run(label):
-    sel = make("greso", 20, 4)
+    """G2's groups with the revised rules (selectors.md §6, revised 2026-11-24): `more` is T itself (survivors
+    the next round waits for), and the later round's candidates are one chunk of 3 (its budget is the chunk)."""
+    sel = make("greso", 20, 4, min_round=1)  # the default floor min(64, S) = S = 6 would hide T
     assert sel.round_size == 6 and sel.min_round == 1
     state = sel.state_dict()
     state["easy_run"][8], state["n_obs"][8] = 10, 10
@@ -301,7 +303,6 @@ def g2_run(label):
     epoch = 0 if label == "G2 epoch0" else 1
     sel.begin_epoch(epoch, step_rng(0, 7, 2))
     candidates, rollout, rewards, keep = G2_ROUND0
-    assert len(candidates) == sel.candidates_per_step(4)
     assert step_rng(0, 7, 0).random(1)[0] < 0.99 and r4(step_rng(0, 7, 0).random(1)) == [0.0389]
     ids = sel.select_rollout(np.array(candidates), sel.rollout_budget(4), 7, step_rng(0, 7, 0))
     assert ids.tolist() == rollout
@@ -309,9 +310,9 @@ def g2_run(label):
     assert (sel.history.cand_step, sel.history.rolled_step) == (6, 5)
     assert (sel.history.solved_step, sel.history.failed_step, sel.history.kept_so_far) == (1, 1, 0)
     first = sel.select_update(batch(ids, rewards, 7), 7, step_rng(0, 7, 1))
-    assert first.keep.astype(int).tolist() == keep and first.more == 3 and sel.history.last_round
+    assert first.keep.astype(int).tolist() == keep and first.more == 2 and sel.history.last_round  # T = 2
     rewards1, keep1, update, (p_easy, p_hard) = G2_ROUND1[label]
-    ids1 = sel.select_rollout(np.array([15, 16, 17]), first.more, 7, step_rng(0, 7, 0, 1))
+    ids1 = sel.select_rollout(np.array([15, 16, 17]), 3, 7, step_rng(0, 7, 0, 1))
     assert ids1.tolist() == [15, 16, 17]
     group = batch(ids1, rewards1, 7)
     sel.observe(group)
@@ -443,7 +444,7 @@ SPEC_DEFAULTS = {
              "on_exhaust": "partial"},
     "greso": {"train_batch_size": None, "round_size": None, "p_easy": 0.5, "p_hard": 0.5,
               "target_zero_variance": 0.25, "delta": 0.01, "p_min": 0.05, "p_max": 0.95, "keep_floor": 0.01,
-              "margin": 1.25, "min_round": None, "max_gen_batches": 0, "on_exhaust": "partial"},
+              "margin": 1.25, "min_round": None, "chunk": 32, "max_gen_batches": 0, "on_exhaust": "partial"},
     "lze": {"keep_ratio": 0.4, "min_keep_ratio": 0.3, "warmup_epochs": 0, "transition_epochs": 0, "ema_decay": 0.9,
             "d_init_min": 0.05, "momentum_weight": 0.3, "exploration_noise": 0.05, "prune_enabled": False,
             "prune_after": 2, "use_replay": True, "replay_ratio": 0.1, "anchor": "first_seen", "variant": "code",
@@ -463,13 +464,14 @@ def test_config_defaults_are_the_spec_tables(name):
 
 
 def test_derived_sizes_from_the_batch():
-    """dapo gen = 3B; hive R = ceil(1.5 B), 2R candidates; greso S = ceil(1.5 B), min_round = ceil(B / 4)."""
+    """dapo gen = 3B; hive R = ceil(1.5 B), 2R candidates; greso S = ceil(1.5 B), min_round = min(64, S)."""
     assert make("dapo", 100, 5).gen_batch_size == 15
     hive = make("hive", 100, 5)
     assert (hive.rollout_batch_size, hive.candidates_per_step(5), hive.round_candidates(5)) == (8, 16, 10)
     greso = make("greso", 100, 5)
-    assert (greso.round_size, greso.min_round) == (8, 2)
-    assert make("greso", 100, 7).min_round == 2 and make("greso", 100, 9).min_round == 3
+    assert (greso.round_size, greso.min_round, greso.round_chunk()) == (8, 8, 32)
+    assert make("greso", 1000, 128).min_round == 64 and make("greso", 1000, 256).min_round == 64  # RT:1162
+    assert make("greso", 1000, 40).min_round == 60 and make("greso", 1000, 43).min_round == 64  # S = 60, 65
     # rounds whose skip rule left nothing to roll out go on (the backend passes them an empty batch)
     assert sorted(name for name in SELECTORS if SELECTORS[name].samples_in_rounds) == ["greso", "hive"]
 
@@ -595,23 +597,33 @@ def test_greso_adaptation_clamps_to_p_min_and_p_max():
     assert (round(sel.history.p_easy, 6), round(sel.history.p_hard, 6)) == (0.06, 0.94)
 
 
-def test_greso_round_floor_min_round_and_survival_scaling():
-    sel = make("greso", 100, 8)  # S = 12, min_round = 2
-    ids = sel.select_rollout(np.arange(8), 12, 3, step_rng(0, 3, 0))  # all unseen: every one rolled out
+def test_greso_round_floor_is_min_round_in_survivors():
+    sel = make("greso", 100, 8, min_round=2)  # S = 12
+    ids = sel.select_rollout(np.arange(8), 8, 3, step_rng(0, 3, 0))  # all unseen: every one rolled out
     rewards = np.array([[1, 0, 0, 0]] * 7 + [[1, 1, 1, 1]], dtype=np.float32)  # 7 kept, need 1, Z = 1
     sel.observe(batch(ids, rewards, 3))
     decision = sel.select_update(batch(ids, rewards, 3), 3, step_rng(0, 3, 1))
     assert decision.more == 2 and sel.history.last_round  # T = floor(1.25 * 8 / 7) = 1 -> min_round 2
 
 
-def test_greso_empty_round_asks_for_a_full_round_scaled_by_survival():
+def test_greso_floor_is_64_survivors_at_b_128():
+    """RT:1161-1162: T = max(min(T, S), 64), whatever B (their B = 128 script keeps 64; ceil(B / 4) was 32)."""
+    sel = make("greso", 1000, 128)  # S = 192
+    ids = np.arange(192)
+    rewards = np.array([[1, 0, 0, 0]] * 120 + [[1, 1, 1, 1]] * 72, dtype=np.float32)  # 120 kept, need 8
+    sel.observe(batch(ids, rewards, 0))
+    decision = sel.select_update(batch(ids, rewards, 0), 0, step_rng(0, 0, 1))
+    assert decision.more == 64 and sel.history.last_round  # T = floor(1.25 * 8 * 192 / 120) = 16 -> 64
+
+
+def test_greso_empty_round_asks_for_a_full_round():
     sel = g1_selector(100, p_easy=0.0, p_hard=1.0, keep_floor=0.0)  # prompts 2, 3, 6 are always skipped
     ids = sel.select_rollout(np.array([2, 3, 6]), 6, 4, step_rng(0, 4, 0))
     assert ids.tolist() == []
     empty = batch(ids, np.zeros((0, 4)), 4)
     sel.observe(empty)
     decision = sel.select_update(empty, 4, step_rng(0, 4, 1))
-    assert decision.more == 18 and not sel.history.last_round  # T = S = 6, times 3 examined / max(0, 1) rolled
+    assert decision.more == 6 and not sel.history.last_round  # T = S = 6 survivors
     assert decision.keep.shape == (0,)
 
 

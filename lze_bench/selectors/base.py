@@ -243,6 +243,15 @@ class Selector:
         """
         return int(more)
 
+    def round_chunk(self) -> int:
+        """0, or the chunk size of a selector whose rounds examine the stream chunk by chunk (GRESO, §6).
+
+        A chunked round calls `select_rollout(chunk, len(chunk))` per chunk (one
+        rng per round) until `budget` survivors wait (round 0: `rollout_budget(B)`,
+        later: `more`), then rolls them all out (lze_bench.step_rounds).
+        """
+        return 0
+
     def rollout_budget(self, budget: int) -> int:
         """The `budget` to pass to `select_rollout` on a step's first round, for B prompts per update.
 

@@ -10,18 +10,25 @@ with probability `max(p_easy ** c, keep_floor)` (all failed: `p_hard`), else
 always; one `rng.random(m)` draw per round, candidate order. Backward:
 dynamic sampling (keep the first `B - kept` informative groups in generation
 order) with an adaptive round size `T = floor(margin * need * G / (G - Z))`
-capped at `S` and floored at `min_round`; the round after the estimate first
-drops to `<= S` is the last (the update may then hold fewer than `B` groups).
-Once per step, when the update is decided, `p_easy` / `p_hard` move by
-`delta` towards the zero-variance targets (1/3 and 2/3 of
-`target_zero_variance`), from epoch 1 on. The state and these rules live in
+capped at `S` and floored at `min_round = min(64, S)` (RT:1161-1162); the
+round after the estimate first drops to `<= S` is the last (the update may
+then hold fewer than `B` groups). Once per step, when the update is decided,
+`p_easy` / `p_hard` move by `delta` towards the zero-variance targets (1/3 and
+2/3 of `target_zero_variance`), if the epoch the step ends in is > 0 (RT:974,
+1207: the epoch of the chunk that completed the step; the harness announces a
+pass entered mid-step with `begin_epoch`). The state and these rules live in
 `greso_state.py` (HIVE reuses them).
+
+Round structure (RT:973-1016, S15:16; spec §6 "Round structure"): a round
+examines the data order in chunks of `chunk` prompts (the original's
+dataloader batch, 32; `round_chunk()`), each chunk skipped by the rule above
+with one draw per candidate, until at least `want` survivors wait (`S` in
+round 0, `more = T` after), and rolls out every survivor; unexamined
+candidates stay in the stream (lze_bench.step_rounds drives the chunks).
 
 Choices where the spec is silent (ours, spec §6): exact classes (all /
 none correct) instead of the original's 0.98 / 0.11 thresholds; `Z == G`
-asks for a full round `S`; `more` counts candidates, `T` scaled by this
-step's survival rate `rolled / examined`, at most `N`; `min_round =
-ceil(B / 4)`; adaptation skipped when nothing was rolled out;
+asks for a full round `S`; adaptation skipped when nothing was rolled out;
 `begin_update(B)` / `finish_update()` let the counterfactual replay make one
 complete update per logged step (spec §8).
 """
@@ -54,7 +61,8 @@ class GresoConfig:
     p_max: float = 0.95  # RT:1204 code default (data.max_p)
     keep_floor: float = 0.01  # PS:117, 142, hard-coded
     margin: float = 1.25  # RT:1156, hard-coded
-    min_round: Optional[int] = None  # null = ceil(B / 4) (ours; the code's absolute 64 = B/4 at B = 256)
+    min_round: Optional[int] = None  # null = min(64, S): RT:1162 absolute 64, capped at S for small batches
+    chunk: int = 32  # prompts examined per skip pass: S15:16 data.train_batch_size=32 (the dataloader batch)
     max_gen_batches: int = 0  # 0 = unlimited (the code has no cap); 10 for parity with dapo
     on_exhaust: str = "partial"  # as dapo (only with a cap)
 
@@ -63,6 +71,7 @@ class GresoConfig:
             value = getattr(self, key)
             require(value is None or value > 0, f"selector.{key}", f"must be > 0 or null, got {value}")
         require(self.margin > 0, "selector.margin", f"must be > 0, got {self.margin}")
+        require(self.chunk > 0, "selector.chunk", f"must be > 0, got {self.chunk}")
         check_history_config(self)
 
 
@@ -88,7 +97,7 @@ class GresoSelector(Selector):
             self.train_batch_size = int(train_batch_size)
             cfg = self.config
             self.round_size = int(cfg.round_size or math.ceil(1.5 * self.train_batch_size))
-            self.min_round = int(cfg.min_round or math.ceil(self.train_batch_size / 4))
+            self.min_round = int(cfg.min_round or min(64, self.round_size))
 
     def finish_update(self) -> None:
         """End the step now (adaptation, counters reset) even if more was asked for (replay, spec §8)."""
@@ -97,11 +106,14 @@ class GresoSelector(Selector):
     def begin_epoch(self, epoch, rng):
         self.history.epoch = int(epoch)
 
+    def round_chunk(self) -> int:
+        return int(self.config.chunk)  # rounds examine the stream chunk by chunk (RT:973-1016)
+
     def candidates_per_step(self, budget: int) -> int:
-        return self.round_size  # round 0 examines exactly S candidates
+        return int(self.config.chunk)  # one select_rollout call examines one chunk
 
     def rollout_budget(self, budget: int) -> int:
-        return self.round_size  # every survivor is returned: the budget never binds
+        return self.round_size  # round 0 waits for S survivors; later rounds for `more` = T
 
     # --- forward -------------------------------------------------------------
     def skip_probability(self, candidates: np.ndarray) -> np.ndarray:
@@ -131,8 +143,7 @@ class GresoSelector(Selector):
             estimate, last = round_estimate(target - hist.kept_so_far, groups, zero, self.round_size,
                                             self.config.margin)
             hist.last_round = last
-            estimate = max(min(estimate, self.round_size), self.min_round)
-            more = min(self.num_prompts, -(-estimate * hist.cand_step // max(hist.rolled_step, 1)))
+            more = max(min(estimate, self.round_size), self.min_round)  # survivors the next round waits for
         more, partial = hist.exhausted(more, self.name, target)
         if more == 0:
             hist.finish_step()

@@ -168,6 +168,7 @@ class StepRunner:
         row = {
             "step": step, "epoch": epoch, "prompts_considered": counters.considered,
             "prompts_rolled_out": counters.rolled_out, "prompts_probed": counters.probed,
+            "prompts_dropped": selection.dropped,
             "groups_kept": len(selected), "groups_replayed": len(replayed), "gen_rounds": selection.gen_rounds,
             "samples": counters.samples, "prompt_tokens": counters.prompt_tokens,
             "generated_tokens": counters.generated_tokens, "trained_tokens": stats.trained_tokens,

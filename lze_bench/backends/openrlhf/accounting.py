@@ -71,6 +71,7 @@ def ledger_row(record, status: dict, flops: FlopModel, *, ppo_epochs: int, refer
         "prompts_considered": record.prompts_considered,
         "prompts_rolled_out": record.prompts_rolled_out,
         "prompts_probed": record.prompts_probed,
+        "prompts_dropped": record.prompts_dropped,
         "groups_kept": len(kept),
         "groups_replayed": len(record.replayed),
         "gen_rounds": record.gen_rounds,

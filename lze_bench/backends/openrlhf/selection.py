@@ -63,6 +63,7 @@ class StepRecord:
     prompts_considered: int = 0
     prompts_rolled_out: int = 0
     prompts_probed: int = 0
+    prompts_dropped: int = 0  # ids of a pass's end never offered (the first round's drop_last; data_order.py)
     gen_rounds: int = 0
     partial: bool = False
     rolled: list = field(default_factory=list)  # [Group] every training rollout, in order
@@ -130,7 +131,7 @@ class StepDriver:
             rollout=backend_rollout, features=self.features, begun_epoch=self.epoch_started)
         record = StepRecord(step=step, epoch=selection.epoch, prompts_considered=selection.considered,
                             prompts_rolled_out=selection.rolled_out, prompts_probed=int(selection.probe_ids.size),
-                            gen_rounds=selection.gen_rounds, partial=selection.partial,
+                            prompts_dropped=selection.dropped, gen_rounds=selection.gen_rounds, partial=selection.partial,
                             probes=list(selection.probe_groups), time_rollout_s=selection.time_rollout_s,
                             time_select_s=selection.time_select_s, metrics=dict(self.selector.step_metrics()))
         for group, keep, round_index in selection.fresh():
