@@ -87,6 +87,29 @@ def test_summary_counts_more_and_replay(tmp_path):
     assert [int(x) for x in total.replace("│", " ").split()[1:]] == [18, 7, 7, 3, 1]
 
 
+def test_astral_replay_never_draws_an_all_correct_or_all_wrong_group(tmp_path):
+    """Revised §3 (ray_trainer.py select_buffer): only prompt 5's groups are mixed, and prompt 5 is logged from
+    step 1 on. Step 1's pool holds step 0's all-0 / all-1 groups only: nothing to replay (the unfiltered buffer
+    replayed one). Later steps replay R = floor(0.5 * 3) = 1 group iff prompt 5 was rolled out before."""
+    log = tmp_path / "equal.jsonl"
+    rows = [{"step": s, "prompt_id": i, "rewards": [0, 1, 0, 1] if i == 5 else [i % 2] * 4}
+            for s in range(10) for i in range(6) if (s, i) != (0, 5)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out.jsonl"
+    result = replay(log, "selector=astral", "selector.mu=1", "--out", out)
+    assert result.exit_code == 0, result.output
+    rolled = {(r["step"], r["prompt_id"]) for r in read_jsonl(out) if r["rolled_out"]}
+    from lze_bench.config import compose
+    from lze_bench.replay import replay_log
+    from lze_bench.replay.log import read_log
+
+    summary = replay_log(read_log(log), compose("replay", ["selector=astral", "selector.mu=1"]).selector).summary
+    replayed = [row["replayed"] for row in summary]
+    assert replayed[:2] == [0, 0]
+    assert replayed == [0] + [int(any((t, 5) in rolled for t in range(s))) for s in range(1, 10)]
+    assert sum(replayed) >= 1  # the mixed group is replayed once it is in the buffer
+
+
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
 def test_same_seed_byte_identical_output(suffix, tmp_path):
     first, second = tmp_path / f"a{suffix}", tmp_path / f"b{suffix}"

@@ -100,10 +100,14 @@ A3_EXPECTED = {
 }
 
 
+MIXED = [1, 0, 1, 0]  # a group ASTRAL may replay (mean reward neither 0 nor 1)
+
+
 def test_a3_astral_replay_buffer():
+    """A3 assumes every group is mixed (selectors.md §3: the revised filter drops nothing there)."""
     sel = make("astral", 10, 4, mu=1, sigma=0.5, buffer_size=6)
     for step, (fresh, replay, buffer_after) in A3_EXPECTED.items():
-        group = batch(fresh, np.ones((len(fresh), 4)), step)
+        group = batch(fresh, [MIXED] * len(fresh), step)
         sel.observe(group)
         decision = sel.select_update(group, step, step_rng(0, step, 1))
         assert decision.replay.tolist() == replay
@@ -817,7 +821,7 @@ def test_astral_buffer_cap_floors_the_fresh_share():
     sel = make("astral", 40, 4, mu=1, sigma=0.3, buffer_size=6)
     for step in range(3):
         ids = np.arange(4) + 4 * step
-        sel.observe(batch(ids, np.ones((4, 4)), step))
+        sel.observe(batch(ids, [MIXED] * 4, step))
     assert sel.buf_pid.tolist() == [3, 4, 5, 6, 7, 8, 9, 10, 11]  # newest 5 of 8, then this step's 4
 
 
@@ -849,15 +853,51 @@ def test_astral_round_zero_replay_keys_are_an_empty_r_by_2_array():
     assert replay.shape == (0, 2) and replay.dtype == np.int64
 
 
-@pytest.mark.parametrize("buffer_size", [2, 1])
-def test_astral_buffer_is_cleared_when_the_cap_is_not_positive(buffer_size):
-    """cap' = buffer_size - floor(0.5 * 4) <= 0: step 2 of §3 "Replay buffer" clears, then this step's groups go in."""
-    sel = make("astral", 20, 4, mu=1, sigma=0.5, buffer_size=buffer_size)
+def test_astral_buffer_is_cleared_when_the_cap_is_zero():
+    """cap' = buffer_size - floor(0.5 * 4) = 0: step 4 of §3 "Replay buffer" clears, then this step's groups go in."""
+    sel = make("astral", 20, 4, mu=1, sigma=0.5, buffer_size=2)
     for step in range(3):
         ids = np.arange(4) + 4 * step
-        sel.observe(batch(ids, np.ones((4, 4)), step))
+        sel.observe(batch(ids, [MIXED] * 4, step))
         assert sel.buf_pid.tolist() == ids.tolist()
         assert sel.buf_step.tolist() == [step] * 4
+
+
+def test_astral_negative_cap_is_refused():
+    """cap' = 1 - floor(0.5 * 4) < 0: the original would keep the oldest groups (a negative slice); refused."""
+    from lze_bench.errors import LzeBenchError
+
+    with pytest.raises(LzeBenchError, match="selector.buffer_size=1"):
+        make("astral", 20, 4, mu=1, sigma=0.5, buffer_size=1)
+    sel = make("astral", 20, None, mu=1, sigma=0.5, buffer_size=1)  # batch unknown: refused at the first call
+    with pytest.raises(LzeBenchError, match="selector.buffer_size=1"):
+        sel.select_rollout(np.arange(20), 4, 0, step_rng(0, 0, 0), lambda name, ids: None)
+
+
+A3_FILTER = {  # step: fresh ids with their rewards (a: all correct, 0: none, m: mixed)
+    0: {0: [1, 1, 1, 1], 1: MIXED, 2: [0, 0, 0, 0], 3: MIXED},
+    1: {4: MIXED, 5: [1, 1, 1, 1]},
+    2: {1: [0, 0, 0, 0], 6: MIXED},
+    3: {7: MIXED, 8: MIXED},
+}
+A3_FILTER_POOL = {  # the replay pool of each step: deduplicated, then every all-0 / all-1 group dropped
+    0: [], 1: [(1, 0), (3, 0)], 2: [(1, 0), (3, 0), (4, 1)],
+    3: [(3, 0), (4, 1), (6, 2)],  # prompt 1's newest group (step 2) is all-0: dropped, no fall back to step 0
+}
+
+
+def test_a3_astral_never_replays_an_all_correct_or_all_wrong_group():
+    """ray_trainer.py select_buffer L87-95 (paper Alg. 1 l.18): A3's sizes, groups that are all 0 or all 1."""
+    sel = make("astral", 10, 4, mu=1, sigma=0.5, buffer_size=6)  # cap' = 4, R = 2
+    for step, fresh in A3_FILTER.items():
+        group = batch(list(fresh), list(fresh.values()), step)
+        sel.observe(group)
+        pool = A3_FILTER_POOL[step]
+        assert list(zip(sel.pool_pid.tolist(), sel.pool_step.tolist())) == pool
+        replay = sel.select_update(group, step, step_rng(0, step, 1)).replay.tolist()
+        pick = np.random.default_rng([0, step, 1]).permutation(len(pool))[:2] if step else []
+        assert replay == [list(pool[i]) for i in pick]
+    assert sel.buf_pid.tolist() == [3, 4, 6, 7, 8]  # pool of step 3 (<= cap' 4) plus the fresh 7, 8
 
 
 def test_astral_budget_unknown_without_batch_size_until_select_rollout():

@@ -190,3 +190,23 @@ def _rounds(record) -> list:
     for group, index in zip(record.rolled, record.rounds):
         rounds.setdefault(index, []).append(group)
     return [rounds[k] for k in sorted(rounds)]
+
+
+# --- ASTRAL's replay through the step (selectors.md §3 "Replay buffer", revised) ----------------------------
+
+
+def test_astral_update_never_replays_an_all_correct_or_all_wrong_group():
+    """Many all-0 / all-1 groups, 12 steps: every replayed group is mixed and the store still resolves each key."""
+    from lze_bench.rollout_store import RolloutStore
+
+    selector = build_selector(SELECTORS["astral"].Config(ref_size=6, buffer_size=12), num_prompts=40, batch_size=4)
+    features = lambda name, ids: np.eye(40, 5)[np.asarray(ids)] + 0.1  # noqa: E731  (embeddings)
+    driver = StepDriver(selector, DataOrder(40, seed=2), seed=2, batch_size=4, candidates_per_step=None,
+                        max_rounds=1, group_size=N, features=features, store=RolloutStore(16))
+    replayed = []
+    for step in range(12):
+        kind = lambda i, step=step: [[1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 1]][(i + step) % 3]  # noqa: E731
+        record = driver.run_step(rollout_of(kind))
+        replayed += [g.rewards.tolist() for g in record.replayed]
+    assert len(replayed) >= 10  # rounds 1.. replay floor(0.5 * 4) = 2 groups a step when the pool has them
+    assert all(0 < np.mean(r) < 1 for r in replayed)

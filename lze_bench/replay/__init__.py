@@ -13,8 +13,9 @@ candidate, hive `floor(m / pool_factor)`, astral `floor(m / 2)`, or
 `ceil(f * m)` with `replay.budget_fraction=f`); DAPO, GRESO and HIVE make
 one complete update per logged step (`train_batch_size = m`; GRESO's and
 HIVE's exploration adaptation runs at its end) and the summary counts the
-prompts they would have asked for; ASTRAL's reference set is every prompt revealed in the previous
-round (when the log has embeddings) and its replay keys are counted.
+prompts they would have asked for (GRESO: the survivors `T` its next round would wait for); ASTRAL's
+reference set is every prompt revealed in the previous round (when the log has embeddings) and its replay
+keys are counted (its pool never holds a group whose rewards are all 0 or all 1, selectors.md §3).
 
 Choices (ours): a log's own `kept` column is kept as `logged_kept`; the
 selector's step is the logged step value (so rng keys match the run's);

@@ -1,8 +1,9 @@
 """ASTRAL: difficulty-targeted online selection (DOTS) plus rollout replay (RR) (selectors.md §3).
 
 Source: github ASTRAL-Group/data-efficient-llm-rl at 59df918
-(`ray_trainer_teacher_replay.py`, `teacher_utils.py`,
-`final_ds_teacher_replay.sh`); paper arXiv 2506.05316 (abstract only).
+(`rl_training/verl/verl/trainer/ppo/ray_trainer.py`, the trainer `main_ppo.py`
+imports: `select_buffer` L55-132, fit loop L988-1015; `teacher_utils.py`;
+`final_ds_teacher_replay.sh`); paper arXiv 2506.05316 (Alg. 1, App. A.1).
 
 Every `mu` steps (a round) the selector probes `ref_size` random prompts, predicts
 every prompt's pass rate `p_hat` from that reference set
@@ -11,7 +12,12 @@ replacement from `softmax(-|p_hat - alpha| / tau)`, shuffles them and rolls
 out one slice of `B_fresh` per step (returned in that shuffled order, not
 candidate order). Every fresh group is kept; from round 1 on each step also
 replays `floor((1 - sigma) * budget)` groups drawn uniformly from a small
-deduplicated buffer of earlier groups (`UpdateDecision.replay` keys).
+buffer of earlier groups (`UpdateDecision.replay` keys). The buffer, each
+step (`select_buffer`, spec §3 "Replay buffer"): keep each prompt's newest
+group, drop every group whose mean reward is exactly 0 or 1 (L87-95; paper
+Alg. 1 l.18: never replay a question all answers solve or all fail), draw the
+replay from what is left, keep the newest `buffer_size - floor(sigma * B)` of
+it, append this step's fresh groups (with their mean reward).
 
 Choices where the spec is open (ours):
 * rounds are `step // mu`; the round's draw happens on its first
@@ -24,8 +30,6 @@ Choices where the spec is open (ours):
   the mean observed pass rate so far, else `alpha` (`last_p` is kept for this);
 * the replay draw is always `rng.permutation(len(pool))[:R]` (a pool smaller
   than R is replayed whole, in that drawn order);
-* `predictor="checkpoint"` (a trained ASTRAL head) needs a backend that
-  ships one; none does yet, so it fails at construction;
 * the predictor is ours, so it is measured: `observe` compares each rolled-out
   prompt's `p_hat` (from its round's draw) with its measured pass rate
   (mean absolute error, Spearman's rho; `step_metrics`, ledger columns
@@ -44,7 +48,8 @@ from lze_bench.registry import SELECTORS
 from lze_bench.selectors.astral_predict import dots_draw, kernel_predict, prediction_accuracy
 from lze_bench.selectors.base import Selector, UpdateDecision, group_stats
 
-_ARRAYS = ("ref_ids", "y_ref", "round_ids", "buf_pid", "buf_step", "pool_pid", "pool_step", "last_p", "p_hat")
+_ARRAYS = ("ref_ids", "y_ref", "round_ids", "buf_pid", "buf_step", "buf_mean", "pool_pid", "pool_step", "last_p",
+           "p_hat")
 _SCALARS = ("drawn_round", "round_fresh", "budget", "revealed_sum", "revealed_count", "pred_mae", "pred_spearman")
 
 
@@ -74,14 +79,20 @@ class AstralConfig:
         require(self.t_att > 0, "selector.t_att", f"must be > 0, got {self.t_att}")
 
 
-def newest_per_prompt(pid: np.ndarray, step: np.ndarray, num_prompts: int) -> tuple[np.ndarray, np.ndarray]:
-    """The buffer with only each prompt's most recent entry, order preserved (O(len + N))."""
+def newest_per_prompt(pid: np.ndarray, step: np.ndarray, num_prompts: int, *others: np.ndarray) -> tuple:
+    """The buffer with only each prompt's most recent entry, order preserved (O(len + N)); `others` are
+    arrays aligned with `pid`, cut the same way."""
     if pid.size == 0:
-        return pid, step
+        return (pid, step, *others)
     last = np.full(num_prompts, -1, dtype=np.int64)
     np.maximum.at(last, pid, np.arange(pid.size))
     keep = last[pid] == np.arange(pid.size)
-    return pid[keep], step[keep]
+    return (pid[keep], step[keep], *(other[keep] for other in others))
+
+
+def replayable(mean_reward: np.ndarray) -> np.ndarray:
+    """bool[m]: groups ASTRAL may replay: mean reward neither exactly 0 nor exactly 1 (ray_trainer.py L87-95)."""
+    return (mean_reward != 0.0) & (mean_reward != 1.0)
 
 
 @SELECTORS.add("astral")
@@ -102,11 +113,14 @@ class AstralSelector(Selector):
         empty = np.zeros(0, dtype=np.int64)
         self.ref_ids, self.y_ref, self.round_ids = empty, np.zeros(0), empty
         self.buf_pid, self.buf_step, self.pool_pid, self.pool_step = empty, empty, empty, empty
+        self.buf_mean = np.zeros(0)  # float64[len(buf_pid)]: each buffered group's mean reward
         self.last_p = np.full(self.num_prompts, np.nan)  # float64[N], NaN = never observed
         self.p_hat = np.full(self.num_prompts, np.nan)  # float64[N], the last draw's prediction, NaN = none
         self.pred_mae, self.pred_spearman = float("nan"), float("nan")  # of the last observed batch
         self.drawn_round, self.round_fresh = -1, 0
         self.budget = -1 if batch_size is None else int(batch_size)  # -1: not known yet
+        if self.budget >= 0:
+            self._cap()  # a negative cap' is refused as soon as the batch is known
         self.revealed_sum, self.revealed_count = 0.0, 0
 
     # --- forward -------------------------------------------------------------
@@ -136,6 +150,7 @@ class AstralSelector(Selector):
         features = self.require_features(features)
         candidates = np.asarray(candidate_ids, dtype=np.int64).reshape(-1)
         self.budget = max(0, int(budget))
+        self._cap()
         round_index, slot = divmod(int(step), self.config.mu)
         fresh = self.fresh_count(round_index, self.budget)
         cfg = self.config
@@ -159,14 +174,16 @@ class AstralSelector(Selector):
         self.last_p[ids] = p
         self.revealed_sum += float(p.sum())
         self.revealed_count += int(ids.size)
-        pid, stp = newest_per_prompt(self.buf_pid, self.buf_step, self.num_prompts)
+        pid, stp, mean = newest_per_prompt(self.buf_pid, self.buf_step, self.num_prompts, self.buf_mean)
+        mixed = replayable(mean)  # after the dedup: a prompt's all-0/all-1 newest group does not fall back
+        pid, stp, mean = pid[mixed], stp[mixed], mean[mixed]
         self.pool_pid, self.pool_step = pid, stp  # what select_update replays from
-        cap = self.config.buffer_size - int(np.floor(self.config.sigma * self._budget()))
+        cap = self._cap()
         if pid.size > cap:
-            cut = pid.size - max(cap, 0)
-            pid, stp = pid[cut:], stp[cut:]
+            pid, stp, mean = pid[pid.size - cap:], stp[pid.size - cap:], mean[pid.size - cap:]
         self.buf_pid = np.concatenate([pid, ids])
         self.buf_step = np.concatenate([stp, np.full(ids.size, int(batch.step), dtype=np.int64)])
+        self.buf_mean = np.concatenate([mean, p])
 
     def select_update(self, batch, step, rng):
         replay = np.zeros((0, 2), dtype=np.int64)
@@ -179,6 +196,15 @@ class AstralSelector(Selector):
     def step_metrics(self) -> dict:
         """The predictor's accuracy on this step's rolled-out prompts: p_hat of the round's draw vs measured p."""
         return {"astral_pred_mae": self.pred_mae, "astral_pred_spearman": self.pred_spearman}
+
+    def _cap(self) -> int:
+        """cap' = buffer_size - floor(sigma * B): older groups kept after a step (ray_trainer.py L118-124)."""
+        cap = self.config.buffer_size - int(np.floor(self.config.sigma * self._budget()))
+        if cap < 0:  # the original would then keep the *oldest* groups (a negative slice): refused instead
+            raise LzeBenchError(f"selector.buffer_size={self.config.buffer_size}: must be >= floor(sigma * batch) = "
+                                f"{self.config.buffer_size - cap} (the buffer keeps buffer_size - floor(sigma * B) "
+                                "older groups); raise it")
+        return cap
 
     def _budget(self) -> int:
         if self.budget < 0:
