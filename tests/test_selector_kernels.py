@@ -169,3 +169,96 @@ def test_large_batch_updates_equal_per_id_updates(config):
         for name, value in whole.to_dict().items():
             if isinstance(value, np.ndarray) and not name.startswith("cache"):
                 assert np.array_equal(value, getattr(pieces, name), equal_nan=value.dtype.kind == "f"), name
+
+
+# --- GRESO / HIVE fast paths (bench selectors at 10^6 prompts) -------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [2, 3, 8])
+@pytest.mark.parametrize("kind", ["binary", "half", "negzero"])
+def test_greso_classes_and_pass_rates_equal_the_row_reductions(n, kind):
+    from lze_bench.selectors.greso_state import group_classes
+    from lze_bench.selectors.stats import pass_rates
+
+    rng = np.random.default_rng([n, len(kind), 5])
+    rewards = (rng.random((5000, n)) < rng.random((5000, 1))).astype(np.float32)
+    if kind == "half":
+        rewards[rng.random(rewards.shape) < 0.01] = 0.5
+    if kind == "negzero":
+        rewards[rewards == 0] = -0.0
+    solved, failed, informative = group_classes(rewards, "test")
+    low, high = rewards.min(axis=1), rewards.max(axis=1)
+    assert np.array_equal(solved, low == 1) and np.array_equal(failed, high == 0)
+    assert np.array_equal(informative, high > low)
+    assert np.array_equal(pass_rates(rewards), rewards.mean(axis=1, dtype=np.float64))
+
+
+def greso_state(num_prompts, seed, p_easy=0.37, p_hard=0.61, keep_floor=0.01):
+    from lze_bench.selectors.greso import GresoConfig
+    from lze_bench.selectors.greso_state import SkipHistory
+
+    rng = np.random.default_rng(seed)
+    history = SkipHistory(num_prompts, GresoConfig(p_easy=p_easy, p_hard=p_hard, keep_floor=keep_floor))
+    runs = rng.integers(0, 60, num_prompts) * (rng.random(num_prompts) < 0.4)
+    history.run = np.where(rng.random(num_prompts) < 0.5, runs, -runs).astype(np.int32)
+    return history
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_greso_keep_probability_and_skip_mask_equal_the_spec_formula(seed):
+    """max(p ** run, floor) per run, skip iff u < 1 - keep (selectors.md §6), on every candidate."""
+    history = greso_state(20000, seed, keep_floor=0.01 if seed % 2 else 0.0)
+    ids = np.random.default_rng(seed).permutation(20000)[:15000]
+    easy, hard = history.easy_run[ids], history.hard_run[ids]
+    expected = np.ones(ids.size)
+    expected = np.where(easy > 0, np.maximum(history.p_easy ** easy.astype(np.float64), history.cfg.keep_floor),
+                        expected)
+    expected = np.where(hard > 0, np.maximum(history.p_hard ** hard.astype(np.float64), history.cfg.keep_floor),
+                        expected)
+    assert np.array_equal(history.keep_probability(ids), expected)
+    draws = np.random.default_rng([seed, 1]).random(ids.size)
+    assert np.array_equal(history.survivors(ids, draws), ~(draws < 1.0 - expected))
+
+
+def test_greso_observe_runs_equal_two_counters():
+    history = greso_state(3000, 7)
+    easy, hard = history.easy_run, history.hard_run
+    ids = np.random.default_rng(3).permutation(3000)[:2000]
+    kind = np.random.default_rng(4).integers(0, 3, ids.size)  # 0 solved, 1 failed, 2 informative
+    history.observe(ids, kind == 0, kind == 1)
+    easy[ids] = np.where(kind == 0, easy[ids] + 1, 0)
+    hard[ids] = np.where(kind == 1, hard[ids] + 1, 0)
+    assert np.array_equal(history.easy_run, easy) and np.array_equal(history.hard_run, hard)
+
+
+@pytest.mark.parametrize("size", [1, 2, 7, 10, 1001, 40000])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_median_equals_numpy_median(size, dtype):
+    from lze_bench.selectors.topk import median
+
+    rng = np.random.default_rng(size)
+    for values in (rng.random(size), rng.integers(0, 5, size).astype(float), np.full(size, 0.3)):
+        values = values.astype(dtype)
+        assert median(values) == float(np.median(values.astype(np.float64)))
+
+
+def test_hive_screen_equals_the_spec_formula():
+    """Stage 1 (selectors.md §4): q = 1 if unseen else k * e; shortlist = not (v < 1 - q)."""
+    from lze_bench.selectors.hive import HiveConfig, HiveSelector
+
+    sel = HiveSelector(HiveConfig(), num_prompts=20000, batch_size=64)
+    rng = np.random.default_rng(11)
+    sel.history = greso_state(20000, 11)
+    seen = rng.random(20000) < 0.8
+    sel.p_hist = np.where(seen, rng.integers(0, 9, 20000) / 8, np.nan)
+    sel.h_hist = np.where(seen & (rng.random(20000) < 0.7), rng.random(20000) * 2, np.nan)
+    sel._mean_entropy()
+    ids = rng.permutation(20000)
+    p, h = sel.p_hist[ids], sel.h_hist[ids]
+    known = ~np.isnan(sel.h_hist)
+    u = np.where(np.isnan(h), 1.0, np.minimum(1.0, h / float(sel.h_hist[known].mean())))
+    e = 0.5 + (1.0 - 0.5) * (4.0 * p * (1.0 - p)) * u
+    q = np.where(np.isnan(p), 1.0, sel.history.keep_probability(ids) * e)
+    assert np.array_equal(sel.select_probability(ids), q)
+    draws = rng.random(ids.size)
+    assert np.array_equal(sel._listed(ids, draws), ~(draws < 1.0 - q))

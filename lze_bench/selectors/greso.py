@@ -122,10 +122,9 @@ class GresoSelector(Selector):
 
     def select_rollout(self, candidate_ids, budget, step, rng, features=None):
         candidates = np.asarray(candidate_ids, dtype=np.int64).reshape(-1)
-        skip = self.skip_probability(candidates)
         draws = rng.random(candidates.size)  # one uniform per candidate, candidate order
         self.history.cand_step += int(candidates.size)
-        return candidates[~(draws < skip)][: max(0, int(budget))]
+        return candidates[self.history.survivors(candidates, draws)][: max(0, int(budget))]  # skip iff u < 1 - keep
 
     # --- backward ------------------------------------------------------------
     def observe(self, batch):

@@ -17,6 +17,7 @@ import numpy as np
 from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
 from lze_bench.selectors.dapo import cap_rounds, keep_first_informative
+from lze_bench.selectors.stats import binary_ones
 
 PER_PROMPT = ("easy_run", "hard_run", "n_obs")
 SCALARS = ("p_easy", "p_hard", "epoch")
@@ -42,9 +43,13 @@ def group_classes(rewards: np.ndarray, who: str) -> tuple[np.ndarray, np.ndarray
     Rewards must lie in [0, 1] and groups need n >= 2 (spec §6 "Classes").
     """
     rewards = np.asarray(rewards, dtype=np.float32)
-    if rewards.shape[1] < 2:
+    n = rewards.shape[1]
+    if n < 2:
         raise LzeBenchError(f"{who}: groups need n >= 2 responses (n = 1 is never informative); "
                             "raise trainer.n_samples")
+    ones = binary_ones(rewards)  # 0/1 verdicts (in [0, 1] by construction): counts, no slow row reductions
+    if ones is not None:
+        return ones == n, ones == 0, np.less(ones - ones.dtype.type(1), n - 1)  # 0 < ones < n (unsigned wrap)
     low, high = rewards.min(axis=1), rewards.max(axis=1)
     if rewards.size and (float(low.min()) < 0 or float(high.max()) > 1):
         raise LzeBenchError(f"{who}: rewards must lie in [0, 1]; rescale the task reward")
@@ -63,15 +68,31 @@ def round_estimate(need: int, groups: int, zero: int, first_round: int, margin: 
 
 
 class SkipHistory:
-    """Per-prompt runs, the exploration probabilities and the per-step counters of GRESO."""
+    """Per-prompt runs, the exploration probabilities and the per-step counters of GRESO.
+
+    The two runs are held as one signed array `run` (int32[N]: `easy_run` where
+    > 0, `-hard_run` where < 0, 0 unseen or last rollout informative): at most
+    one of them is non-zero (observe resets the other), and one array halves the
+    random gathers and scatters at 10^6 prompts. `easy_run` / `hard_run` (and
+    the state dict) are derived from it.
+    """
 
     def __init__(self, num_prompts: int, cfg):
         self.cfg = cfg
-        self.easy_run = np.zeros(num_prompts, dtype=np.int32)  # consecutive all-solved rollouts, 0 unseen
-        self.hard_run = np.zeros(num_prompts, dtype=np.int32)  # consecutive all-failed rollouts, 0 unseen
+        self.run = np.zeros(num_prompts, dtype=np.int32)  # +c: c all-solved rollouts in a row, -c: all-failed
         self.n_obs = np.zeros(num_prompts, dtype=np.int32)
         self.p_easy, self.p_hard, self.epoch = float(cfg.p_easy), float(cfg.p_hard), 0
         self.reset_step()
+
+    @property
+    def easy_run(self) -> np.ndarray:
+        """int32[N]: consecutive most recent all-solved rollouts (a copy; 0 unseen)."""
+        return np.maximum(self.run, 0)
+
+    @property
+    def hard_run(self) -> np.ndarray:
+        """int32[N]: consecutive most recent all-failed rollouts (a copy; 0 unseen)."""
+        return np.maximum(-self.run, 0)
 
     def reset_step(self) -> None:
         self.kept_so_far, self.gen_rounds, self.last_round = 0, 0, False
@@ -79,15 +100,46 @@ class SkipHistory:
 
     def keep_probability(self, ids: np.ndarray) -> np.ndarray:
         """float64[m]: max(p_easy ** easy_run, floor) if easy_run > 0, the same for hard, else 1."""
-        easy, hard = self.easy_run[ids], self.hard_run[ids]
-        floor = self.cfg.keep_floor
         keep = np.ones(ids.size)
-        keep = np.where(easy > 0, np.maximum(self.p_easy ** easy.astype(np.float64), floor), keep)
-        return np.where(hard > 0, np.maximum(self.p_hard ** hard.astype(np.float64), floor), keep)
+        run = self.run.take(ids)
+        where = np.flatnonzero(run)
+        keep[where] = self.keep_of_runs(run.take(where))
+        return keep
+
+    def keep_of_runs(self, run: np.ndarray) -> np.ndarray:
+        """float64[k] keep probabilities of non-zero signed runs (`run` entries of some prompts).
+
+        Runs are small integers, so the powers come from a table `p ** [0, 1,
+        ..., longest run]`, computed as `scalar ** float64 array` like the
+        plain formula (the same pow on the same operands: the same values bit
+        for bit), then gathered; only prompts with a run are looked at.
+        """
+        if run.size == 0:
+            return np.zeros(0)
+        longest = int(max(run.max(), -run.min()))
+        powers = np.arange(longest + 1, dtype=np.float64)
+        floor = self.cfg.keep_floor
+        easy = np.maximum(self.p_easy ** powers, floor)  # float64[longest + 1]
+        hard = np.maximum(self.p_hard ** powers, floor)
+        return np.where(run > 0, easy.take(np.abs(run)), hard.take(np.abs(run)))
+
+    def survivors(self, ids: np.ndarray, draws: np.ndarray) -> np.ndarray:
+        """bool[m]: not (draw < 1 - keep probability), the skip rule (PS:119, 144), for candidates `ids`.
+
+        Computed only where a run is non-zero: elsewhere keep = 1, skip = 0 and
+        no draw is below it, so the mask is that of the full formula.
+        """
+        run = self.run.take(ids)
+        where = np.flatnonzero(run)
+        alive = np.ones(ids.size, dtype=bool)
+        alive[where] = ~(draws.take(where) < 1.0 - self.keep_of_runs(run.take(where)))
+        return alive
 
     def observe(self, ids: np.ndarray, solved: np.ndarray, failed: np.ndarray) -> None:
-        self.easy_run[ids] = np.where(solved, self.easy_run[ids] + 1, 0)
-        self.hard_run[ids] = np.where(failed, self.hard_run[ids] + 1, 0)
+        """Runs: +1 on an all-solved rollout (from a positive run, else from 0), -1 on all-failed, else 0."""
+        run = self.run.take(ids)
+        grown = np.where(solved, np.maximum(run, 0) + 1, 0)
+        self.run[ids] = np.where(failed, np.minimum(run, 0) - 1, grown)
         self.n_obs[ids] += 1
         self.rolled_step += int(ids.size)
         self.solved_step += int(np.count_nonzero(solved))
@@ -121,16 +173,21 @@ class SkipHistory:
         self.reset_step()
 
     def to_dict(self) -> dict:
-        state = {key: getattr(self, key).copy() for key in PER_PROMPT}
+        state = {"easy_run": self.easy_run, "hard_run": self.hard_run, "n_obs": self.n_obs.copy()}
         state.update({key: getattr(self, key) for key in SCALARS + TRANSIENT})
         return state
 
     def load(self, state: dict, who: str) -> None:
+        arrays = {}
         for key in PER_PROMPT:
             value = np.asarray(state[key])
             if value.shape != self.n_obs.shape:
                 raise LzeBenchError(f"{who} state {key!r} has shape {value.shape}, expected {self.n_obs.shape}")
-            setattr(self, key, value.astype(np.int32, copy=True))
+            arrays[key] = value.astype(np.int32, copy=True)
+        if np.any((arrays["easy_run"] > 0) & (arrays["hard_run"] > 0)):
+            raise LzeBenchError(f"{who} state: a prompt has both an easy and a hard run; at most one can be > 0")
+        self.run = np.where(arrays["hard_run"] > 0, -arrays["hard_run"], arrays["easy_run"]).astype(np.int32)
+        self.n_obs = arrays["n_obs"]
         self.p_easy, self.p_hard, self.epoch = float(state["p_easy"]), float(state["p_hard"]), int(state["epoch"])
         for key in TRANSIENT:
             setattr(self, key, bool(state[key]) if key == "last_round" else int(state[key]))

@@ -38,6 +38,8 @@ from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import SELECTORS
 from lze_bench.selectors.base import Selector, UpdateDecision, top_k_mask
+from lze_bench.selectors.stats import pass_rates
+from lze_bench.selectors.topk import median
 from lze_bench.selectors.greso_state import SkipHistory, check_history_config, group_classes
 
 
@@ -86,6 +88,7 @@ class HiveSelector(Selector):
         self.history = SkipHistory(self.num_prompts, self.config)
         self.p_hist = np.full(self.num_prompts, np.nan)  # float64[N] EMA pass rate, NaN = unseen
         self.h_hist = np.full(self.num_prompts, np.nan)  # float64[N] EMA mean response entropy, NaN = unknown
+        self.h_bar = None  # mean of the known h_hist (None: none known); derived, not state
         train = self.config.train_batch_size or self.batch_size
         if train is None:
             raise LzeBenchError("selector.train_batch_size: hive needs a batch size; set it or pass the harness's")
@@ -116,21 +119,44 @@ class HiveSelector(Selector):
     # --- stage 1 -------------------------------------------------------------
     def edge(self, candidates: np.ndarray) -> np.ndarray:
         """float64[m]: the learning-edge term e in [edge_floor, 1] (NaN for unseen prompts)."""
+        return self._edge(self.p_hist.take(candidates), candidates)
+
+    def _edge(self, p: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        """e = edge_floor + (1 - edge_floor) * (4 p (1 - p)) * u for the candidates' EMA pass rates `p`.
+
+        The operations run in place, in the order of the formula as written
+        (so the same float64 values); `u = 1` is not multiplied in (x * 1.0 is x).
+        """
         cfg = self.config
-        p = self.p_hist[candidates]
-        u = np.ones(candidates.size)
-        known = ~np.isnan(self.h_hist)
-        if cfg.use_response_entropy and known.any():
-            h_bar = float(self.h_hist[known].mean())
-            if h_bar > 0:
-                h = self.h_hist[candidates]
-                u = np.where(np.isnan(h), 1.0, np.minimum(1.0, h / h_bar))
-        return cfg.edge_floor + (1.0 - cfg.edge_floor) * (4.0 * p * (1.0 - p)) * u
+        e = 4.0 * p
+        e *= 1.0 - p
+        e *= 1.0 - cfg.edge_floor
+        if cfg.use_response_entropy and self.h_bar is not None and self.h_bar > 0:
+            h = self.h_hist.take(candidates)
+            e *= np.where(np.isnan(h), 1.0, np.minimum(1.0, h / self.h_bar))
+        e += cfg.edge_floor
+        return e
 
     def select_probability(self, candidates: np.ndarray) -> np.ndarray:
         """float64[m]: q = k * e, 1 for unseen prompts."""
-        q = self.history.keep_probability(candidates) * self.edge(candidates)
-        return np.where(np.isnan(self.p_hist[candidates]), 1.0, q)
+        p = self.p_hist.take(candidates)
+        q = self.history.keep_probability(candidates)
+        q *= self._edge(p, candidates)
+        q[np.isnan(p)] = 1.0
+        return q
+
+    def _listed(self, candidates: np.ndarray, draws: np.ndarray) -> np.ndarray:
+        """bool[m]: not (v < 1 - q), the stage-1 screen, in place over one float64 buffer.
+
+        An unseen prompt's q is left NaN here instead of 1: `v < NaN` is false
+        just as `v < 1 - 1 = 0` is, so the mask is the same without a pass to
+        replace the NaNs (`select_probability` returns the 1s).
+        """
+        q = self.history.keep_probability(candidates)
+        q *= self._edge(self.p_hist.take(candidates), candidates)  # NaN where unseen
+        np.subtract(1.0, q, out=q)
+        listed = np.less(draws, q)
+        return np.logical_not(listed, out=listed)
 
     # --- forward -------------------------------------------------------------
     def select_rollout(self, candidate_ids, budget, step, rng, features=None):
@@ -139,19 +165,20 @@ class HiveSelector(Selector):
         features = self.require_features(features)
         draws = rng.random(candidates.size)  # one draw, candidate order
         self.history.cand_step += int(candidates.size)
-        listed = ~(draws < 1.0 - self.select_probability(candidates))
-        shortlist = candidates[listed]
+        shortlist = candidates[self._listed(candidates, draws)]
         if shortlist.size == 0 or budget == 0:
             return shortlist[:0]
         entropy = features("prompt_entropy", shortlist)
         if entropy is None:  # a replayed log without prompt entropy (spec §8): the edge term stands in
-            value = np.nan_to_num(self.edge(shortlist), nan=np.inf)
+            raw = value = np.nan_to_num(self.edge(shortlist), nan=np.inf)
         else:
-            value = np.asarray(entropy, dtype=np.float64).reshape(-1)
+            raw = np.asarray(entropy).reshape(-1)
+            value = np.asarray(raw, dtype=np.float64)
             if value.size != shortlist.size or not np.all(np.isfinite(value)):
                 raise LzeBenchError(
                     f"hive: prompt_entropy must be {shortlist.size} finite numbers, got shape {value.shape}")
-        passed = value >= np.median(value)
+        # the median of the float64 values; float32 entropies are partitioned as float32 (the same two values)
+        passed = value >= median(raw if raw.dtype == np.float32 else value)
         if np.count_nonzero(passed) > budget:
             passed = top_k_mask(np.where(passed, value, -np.inf), budget)
         return shortlist[passed]
@@ -161,15 +188,25 @@ class HiveSelector(Selector):
         ids = batch.prompt_ids
         solved, failed, _ = group_classes(batch.rewards, self.name)
         self.history.observe(ids, solved, failed)
-        self.p_hist[ids] = self._ema(self.p_hist[ids], batch.pass_rate)
+        self.p_hist[ids] = self._ema(self.p_hist.take(ids), pass_rates(batch.rewards))
         if batch.response_entropy is not None:
             h = np.asarray(batch.response_entropy, dtype=np.float64).mean(axis=1)
-            self.h_hist[ids] = self._ema(self.h_hist[ids], h)
+            self.h_hist[ids] = self._ema(self.h_hist.take(ids), h)
+            self._mean_entropy()
+
+    def _mean_entropy(self) -> None:
+        """h_bar: the mean h_hist over every prompt where known (None: none known), kept current by observe
+        and load_state_dict, the only places h_hist changes (select_rollout used to recompute it over N)."""
+        known = ~np.isnan(self.h_hist)
+        self.h_bar = float(self.h_hist[known].mean()) if known.any() else None
 
     def _ema(self, old: np.ndarray, new: np.ndarray) -> np.ndarray:
         """(1 - beta) old + beta new; the new value itself where old is NaN (first sight)."""
         beta = self.config.beta
-        return np.where(np.isnan(old), new, (1.0 - beta) * old + beta * new)
+        out = old * (1.0 - beta)  # (1 - beta) * old + beta * new, term by term as written
+        out += new * beta
+        np.copyto(out, new, where=np.isnan(old))
+        return out
 
     def select_update(self, batch, step, rng):
         hist, target = self.history, self.train_batch_size
@@ -193,4 +230,5 @@ class HiveSelector(Selector):
             if value.shape != (self.num_prompts,):
                 raise LzeBenchError(f"hive state {key!r} has shape {value.shape}, expected ({self.num_prompts},)")
             setattr(self, key, value.copy())
+        self._mean_entropy()
         self.begin_update(int(state["train_batch_size"]))
