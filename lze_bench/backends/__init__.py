@@ -31,4 +31,8 @@ def run_training(cfg):
             if cfg.trainer.get(key) is not None:
                 raise LzeBenchError(f"trainer.{key}: backend={cfg.backend.name} does not honour it yet; "
                                     f"drop it and bound the run with trainer.steps")
+    predictor = cfg.selector.get("predictor", "kernel")
+    if predictor != "kernel" and not getattr(backend, "serves_astral_head", False):
+        raise LzeBenchError(f"selector.predictor={predictor}: backend={cfg.backend.name} does not serve ASTRAL's "
+                            "learned head yet (backend=local does); use selector.predictor=kernel")
     return backend.train(cfg)

@@ -105,6 +105,8 @@ class LogFeatures:
             if np.isnan(values).any():
                 raise LzeBenchError(f"{self.log.path}: no prompt_embedding logged for some requested prompt ids")
             return values
+        if name.startswith("head_"):  # a log has no encoder embeddings: ASTRAL's head falls back (spec §8)
+            return None
         raise LzeBenchError(f"replay: unknown feature {name!r}")
 
 

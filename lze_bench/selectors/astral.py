@@ -6,8 +6,10 @@ imports: `select_buffer` L55-132, fit loop L988-1015; `teacher_utils.py`;
 `final_ds_teacher_replay.sh`); paper arXiv 2506.05316 (Alg. 1, App. A.1).
 
 Every `mu` steps (a round) the selector probes `ref_size` random prompts, predicts
-every prompt's pass rate `p_hat` from that reference set
-(`astral_predict.kernel_predict`), draws `mu * B_fresh` prompts without
+every prompt's pass rate `p_hat` from that reference set (`predictor=kernel`:
+`astral_predict.kernel_predict`; `trained` / `checkpoint`: the authors' learned head,
+`astral_predict.head_predict`, over arrays the backend computed with torch,
+lze_bench/predictor), draws `mu * B_fresh` prompts without
 replacement from `softmax(-|p_hat - alpha| / tau)`, shuffles them and rolls
 out one slice of `B_fresh` per step (returned in that shuffled order, not
 candidate order). Every fresh group is kept; from round 1 on each step also
@@ -30,27 +32,39 @@ Choices where the spec is open (ours):
   the mean observed pass rate so far, else `alpha` (`last_p` is kept for this);
 * the replay draw is always `rng.permutation(len(pool))[:R]` (a pool smaller
   than R is replayed whole, in that drawn order);
-* the predictor is ours, so it is measured: `observe` compares each rolled-out
-  prompt's `p_hat` (from its round's draw) with its measured pass rate
-  (mean absolute error, Spearman's rho; `step_metrics`, ledger columns
-  `astral_pred_mae` / `astral_pred_spearman`).
+* the predictor is measured: `observe` compares each rolled-out prompt's
+  `p_hat` (from its round's draw) with its measured pass rate (mean absolute
+  error, Spearman's rho, Pearson's r; `step_metrics`, ledger columns
+  `astral_pred_*`). With the learned head, the cosine kernel over the same
+  encoder embeddings is also computed each round, never used, and measured the
+  same way (`astral_kernel_*`): the two predictors side by side on the same
+  prompts and steps;
+* `trained` / `checkpoint` read the FeatureFn names `head_query` (phi of each
+  prompt's encoder embedding, float32[m, h]), `head_key` (psi), `head_embedding`
+  (the encoder embedding, for the kernel beside it) and `head_calibration`
+  (float[52], the calibration MLP); the head's attention temperature is the
+  authors' 1.0 (`t_att` is the kernel's).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import SELECTORS
-from lze_bench.selectors.astral_predict import dots_draw, kernel_predict, prediction_accuracy
+from lze_bench.selectors.astral_predict import dots_draw, head_predict, kernel_predict, prediction_metrics
 from lze_bench.selectors.base import Selector, UpdateDecision, group_stats
 
 _ARRAYS = ("ref_ids", "y_ref", "round_ids", "buf_pid", "buf_step", "buf_mean", "pool_pid", "pool_step", "last_p",
-           "p_hat")
-_SCALARS = ("drawn_round", "round_fresh", "budget", "revealed_sum", "revealed_count", "pred_mae", "pred_spearman")
+           "p_hat", "p_kernel")
+_METRICS = ("pred_mae", "pred_spearman", "pred_pearson", "kernel_mae", "kernel_spearman", "kernel_pearson")
+_SCALARS = ("drawn_round", "round_fresh", "budget", "revealed_sum", "revealed_count") + _METRICS
+PREDICTORS = ("kernel", "trained", "checkpoint")
+HEAD_FEATURES = ("head_query", "head_key", "head_embedding", "head_calibration")
 
 
 @dataclass
@@ -63,8 +77,10 @@ class AstralConfig:
     ref_size: int = 256  # reference prompts probed per round; same script +data.ref_size=256
     buffer_size: int = 512  # replay buffer (groups); same script BUFFER_SIZE=512
     replay_strategy: str = "random"  # same script + select_buffer ("teacher" is unimplemented in the original)
-    predictor: str = "kernel"  # ours (original: a learned head); "checkpoint" needs a trained head
-    t_att: float = 0.1  # ours (original learned head: 1.0)
+    predictor: str = "kernel"  # ours; "trained": the authors' head trained here; "checkpoint": a head file
+    t_att: float = 0.1  # the kernel's softmax temperature (ours; the learned head uses the authors' 1.0)
+    predictor_path: Optional[str] = None  # predictor=checkpoint: adaptive_difficulty_prediction_model_*.pt
+    predictor_encoder: Optional[str] = None  # predictor=checkpoint: the encoder it was trained with (id or path)
 
     def __post_init__(self):
         require(0 <= self.alpha <= 1, "selector.alpha", f"must be in [0, 1], got {self.alpha}")
@@ -75,7 +91,12 @@ class AstralConfig:
         require(self.buffer_size >= 0, "selector.buffer_size", f"must be >= 0, got {self.buffer_size}")
         require(self.replay_strategy == "random", "selector.replay_strategy",
                 "only 'random' exists (the original's 'teacher' is unimplemented)")
-        require(self.predictor in ("kernel", "checkpoint"), "selector.predictor", "use 'kernel' or 'checkpoint'")
+        require(self.predictor in PREDICTORS, "selector.predictor",
+                f"unknown predictor {self.predictor!r}; use one of {', '.join(PREDICTORS)}")
+        if self.predictor == "checkpoint":
+            require(bool(self.predictor_path) and bool(self.predictor_encoder), "selector.predictor_path",
+                    "predictor=checkpoint needs selector.predictor_path=HEAD.pt and "
+                    "selector.predictor_encoder=ENCODER (the model its embeddings came from)")
         require(self.t_att > 0, "selector.t_att", f"must be > 0, got {self.t_att}")
 
 
@@ -106,17 +127,18 @@ class AstralSelector(Selector):
 
     def __init__(self, config=None, *, num_prompts: int, batch_size: int | None = None):
         super().__init__(config, num_prompts=num_prompts, batch_size=batch_size)
-        if self.config.predictor == "checkpoint":
-            raise LzeBenchError(
-                "selector.predictor: no backend provides a trained ASTRAL head yet; use predictor=kernel"
-            )
+        self.head = self.config.predictor != "kernel"
+        if self.head:
+            self.requires = HEAD_FEATURES
         empty = np.zeros(0, dtype=np.int64)
         self.ref_ids, self.y_ref, self.round_ids = empty, np.zeros(0), empty
         self.buf_pid, self.buf_step, self.pool_pid, self.pool_step = empty, empty, empty, empty
         self.buf_mean = np.zeros(0)  # float64[len(buf_pid)]: each buffered group's mean reward
         self.last_p = np.full(self.num_prompts, np.nan)  # float64[N], NaN = never observed
         self.p_hat = np.full(self.num_prompts, np.nan)  # float64[N], the last draw's prediction, NaN = none
-        self.pred_mae, self.pred_spearman = float("nan"), float("nan")  # of the last observed batch
+        self.p_kernel = np.full(self.num_prompts, np.nan)  # float64[N], the kernel beside the head (diagnostic)
+        for key in _METRICS:  # of the last observed batch
+            setattr(self, key, float("nan"))
         self.drawn_round, self.round_fresh = -1, 0
         self.budget = -1 if batch_size is None else int(batch_size)  # -1: not known yet
         if self.budget >= 0:
@@ -137,11 +159,26 @@ class AstralSelector(Selector):
         self.y_ref = batch.pass_rate
 
     def predict(self, ids: np.ndarray, features) -> np.ndarray:
-        """p_hat float64[m] for prompt ids (kernel over the reference set, else observed history)."""
+        """p_hat float64[m] for prompt ids (the predictor over the reference set, else observed history).
+
+        With the learned head, the kernel's prediction over the same encoder embeddings goes to
+        `p_kernel` (measured in `observe`, never used to select).
+        """
         if self.ref_ids.size:
-            emb = features("prompt_embedding", ids)
-            if emb is not None:
-                return kernel_predict(emb, features("prompt_embedding", self.ref_ids), self.y_ref, self.config.t_att)[1]
+            if self.head:
+                query = features("head_query", ids)
+                if query is not None:
+                    emb = features("head_embedding", ids)
+                    self.p_kernel[ids] = kernel_predict(emb, features("head_embedding", self.ref_ids), self.y_ref,
+                                                        self.config.t_att)[1]
+                    return head_predict(query, features("head_key", self.ref_ids), self.y_ref,
+                                        features("head_calibration", self.ref_ids[:0]),
+                                        features("head_query", self.ref_ids))[1]
+            else:
+                emb = features("prompt_embedding", ids)
+                if emb is not None:
+                    return kernel_predict(emb, features("prompt_embedding", self.ref_ids), self.y_ref,
+                                          self.config.t_att)[1]
         prior = self.revealed_sum / self.revealed_count if self.revealed_count else self.config.alpha
         last = self.last_p[ids]
         return np.where(np.isnan(last), prior, last)
@@ -170,7 +207,9 @@ class AstralSelector(Selector):
     def observe(self, batch):
         ids = batch.prompt_ids
         p, _ = group_stats(batch.rewards)
-        self.pred_mae, self.pred_spearman = prediction_accuracy(self.p_hat[ids], p)
+        for prefix, predicted in (("pred", self.p_hat), ("kernel", self.p_kernel)):
+            for name, value in prediction_metrics(predicted[ids], p).items():
+                setattr(self, f"{prefix}_{name}", value)
         self.last_p[ids] = p
         self.revealed_sum += float(p.sum())
         self.revealed_count += int(ids.size)
@@ -195,7 +234,7 @@ class AstralSelector(Selector):
 
     def step_metrics(self) -> dict:
         """The predictor's accuracy on this step's rolled-out prompts: p_hat of the round's draw vs measured p."""
-        return {"astral_pred_mae": self.pred_mae, "astral_pred_spearman": self.pred_spearman}
+        return {f"astral_{key}": getattr(self, key) for key in _METRICS}
 
     def _cap(self) -> int:
         """cap' = buffer_size - floor(sigma * B): older groups kept after a step (ray_trainer.py L118-124)."""

@@ -31,7 +31,8 @@ TAG_PROBE = 3
 EXTRA_FIELDS = ("response_entropy", "prompt_entropy", "prompt_embedding")
 
 # per-step diagnostics a selector may report (`step_metrics`); backends write every one, NaN when absent
-STEP_METRICS = ("astral_pred_mae", "astral_pred_spearman")
+STEP_METRICS = ("astral_pred_mae", "astral_pred_spearman", "astral_pred_pearson",
+                "astral_kernel_mae", "astral_kernel_spearman", "astral_kernel_pearson")
 
 # FeatureFn(name, ids) -> array: lazily computes an extra ("prompt_entropy" ->
 # float[m], "prompt_embedding" -> float[m, d]) for candidate ids; the backend

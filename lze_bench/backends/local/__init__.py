@@ -18,16 +18,20 @@ per forward pass over L tokens; details in trainer.py / grpo.py / features.py):
   selection   prompt entropy (current policy) and prompt embeddings (initial
               policy, once for all prompts) on request, F(prompt) each
                                                                -> flops_select
+  offline     ASTRAL's learned head (selector.predictor=trained|checkpoint):
+              labelling rollouts, encoder passes, head training; not a step's
+              compute: <run_dir>/offline_flops.json (lze_bench/predictor)
   held-out eval  greedy generation, F(prompt + response); NOT training
               compute: ledger column flops_eval, outside flops_total.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from lze_bench.config.schema import require
+from lze_bench.predictor import HeadRecipe
 from lze_bench.registry import BACKENDS
 
 
@@ -49,6 +53,7 @@ class LocalBackendConfig:
     rollout_store_groups: int = -1  # groups kept for replay (ASTRAL); -1: selector buffer_size + batch, else 0
     grade_workers: int = 1  # grading processes (lze_bench.grading.Grader)
     stop_after_steps: int = 0  # end this invocation after K more steps (time-sliced jobs, tests); 0 = off
+    predictor: HeadRecipe = field(default_factory=HeadRecipe)  # ASTRAL's head for selector.predictor=trained
 
     def __post_init__(self):
         for key in ("threads", "warmstart_steps", "warmstart_warmup", "lr_warmup_steps", "stop_after_steps",
@@ -64,6 +69,7 @@ class LocalBackendConfig:
 class LocalBackend:
     Config = LocalBackendConfig
     honours_flop_budget = True  # trainer.py stops on trainer.flop_budget, evals on trainer.eval_every_flops
+    serves_astral_head = True  # selector.predictor=trained|checkpoint (lze_bench/predictor/features.py)
 
     @staticmethod
     def train(cfg):

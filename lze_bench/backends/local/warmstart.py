@@ -59,7 +59,7 @@ def cache_root(backend_cfg) -> Path:
     return Path(root).expanduser()
 
 
-def warmstart_key(model_cfg, task_cfg, backend_cfg, device_type: str) -> tuple[str, dict]:
+def warmstart_key(model_cfg, task_cfg, backend_cfg, device_type: str, snapshots=()) -> tuple[str, dict]:
     import torch
 
     task = {k: v for k, v in _plain(task_cfg).items() if k != "num_train"}
@@ -76,6 +76,8 @@ def warmstart_key(model_cfg, task_cfg, backend_cfg, device_type: str) -> tuple[s
         "torch": ".".join(torch.__version__.split(".")[:2]),
         "device": device_type,
     }
+    if snapshots:  # only builds that keep intermediate checkpoints (ASTRAL's labellers) key on them
+        recipe["snapshots"] = sorted(int(s) for s in snapshots)
     blob = json.dumps(recipe, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:12], recipe
 
@@ -103,10 +105,15 @@ def _acquire(lock: FileLock, while_waiting: Callable[[], None] | None) -> None:
             while_waiting()
 
 
-def ensure_warmstart(model_cfg, task_cfg, backend_cfg, device, grader, report: Report | None = None) -> Path:
+def ensure_warmstart(model_cfg, task_cfg, backend_cfg, device, grader, report: Report | None = None,
+                     snapshots=()) -> Path:
     """The cached warm-start directory, built first if missing (blocking on the lock); `report` hears
-    the progress of the build, this process's or (while waiting) the one holding the lock."""
-    key, recipe = warmstart_key(model_cfg, task_cfg, backend_cfg, device.type)
+    the progress of the build, this process's or (while waiting) the one holding the lock.
+
+    `snapshots`: warm-start steps after which a copy of the policy is also kept, in
+    `<dir>/snapshots/step_NNNNNN/` (ASTRAL's labelling models, lze_bench/backends/local/predictor.py).
+    """
+    key, recipe = warmstart_key(model_cfg, task_cfg, backend_cfg, device.type, snapshots)
     root = cache_root(backend_cfg) / "warmstart"
     target = root / key
     if (target / INFO_FILE).exists():
@@ -132,7 +139,7 @@ def ensure_warmstart(model_cfg, task_cfg, backend_cfg, device, grader, report: R
         log.info("building warm start %s (cached for every run with this recipe)", key)
         tmp = root / f".tmp-{key}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        info = _build(model_cfg, task_cfg, backend_cfg, device, grader, tmp, building)
+        info = _build(model_cfg, task_cfg, backend_cfg, device, grader, tmp, building, snapshots)
         atomic_write_json(tmp / INFO_FILE, {"key": key, "recipe": recipe, **info})
         shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
@@ -175,7 +182,11 @@ def _batches(count: int, batch_size: int, steps: int, seed: int):
     return out[:steps]
 
 
-def _build(model_cfg, task_cfg, backend_cfg, device, grader, out_dir: Path, report: Report) -> dict:
+def snapshot_dir(directory: Path, step: int) -> Path:
+    return Path(directory) / "snapshots" / f"step_{int(step):06d}"
+
+
+def _build(model_cfg, task_cfg, backend_cfg, device, grader, out_dir: Path, report: Report, snapshots=()) -> dict:
     import torch
 
     from lze_bench.backends.local.heldout import encode_prompts, evaluate
@@ -209,6 +220,8 @@ def _build(model_cfg, task_cfg, backend_cfg, device, grader, out_dir: Path, repo
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             losses.append(float(loss.detach()))
+            if step + 1 in snapshots:
+                save_policy(model, tokenizer, snapshot_dir(out_dir, step + 1))
             tokens += int(lengths[batch].sum())
             flops += flop_model.train(lengths[batch])
             advance(f"loss {np.mean(losses[-20:]):.3f}")

@@ -1,0 +1,149 @@
+"""`predictor=trained` on the local backend: labelling models -> labels -> encoder embeddings -> head (cached).
+
+Order (each step's cost is counted as offline compute, `info.json` "flops"):
+1. labelling models: snapshots of a tiny warm start with its own init seed (`HeadRecipe.labeler_seed`,
+   never the policy's `backend.init_seed`) after `labeler_steps` supervised steps
+   (lze_bench.backends.local.warmstart; its own training is not counted here: the labellers stand in
+   for the public models the authors label with, which cost them nothing to train);
+2. questions: the run's train pool plus `sft_questions` of the sft split (never the held-out test split);
+   a seeded `ref_candidates` of them are the references, a seeded `val_fraction` of the rest is held out;
+3. labels: every labeller's pass rate on every question (labels.py)            -> flops "labeling"
+4. embeddings: the frozen encoder (the last labeller snapshot, named
+   `tiny-<warm start key>-step<k>`) on every question (encoder.py)              -> flops "encoder"
+5. the head, with the authors' recipe (train.py), saved in their format (checkpoint.py) -> flops "training"
+6. held-out check: trained head vs the cosine kernel on the held-out questions (train.evaluate).
+
+The result lives in `<cache>/predictor/<key>/` (`head.pt`, `info.json`), `key` hashing everything that
+shapes it (the labellers' warm-start key, the recipe, the task, the sampling knobs). Like the warm start,
+every run of a sweep shares one build; a file lock makes concurrent jobs build it once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from lze_bench.rundir import atomic_write_json
+
+log = logging.getLogger(__name__)
+
+HEAD_FILE, INFO_FILE = "head.pt", "info.json"
+BUILD_FORMAT = 1  # bump when the build changes, so old heads are not reused
+
+
+def _plain(value):
+    from lze_bench.backends.local.warmstart import _plain as plain
+
+    return plain(value)
+
+
+def head_key(recipe, labeler_key: str, task_cfg, trainer_cfg) -> str:
+    sampling = {k: getattr(trainer_cfg, k) for k in ("max_new_tokens", "temperature", "top_p")}
+    blob = json.dumps({"format": BUILD_FORMAT, "recipe": _plain(recipe), "labelers": labeler_key,
+                       "task": _plain(task_cfg), "sampling": sampling}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def split_questions(count: int, recipe) -> tuple[np.ndarray, np.ndarray]:
+    """(reference candidates, held-out questions): disjoint, seeded by the recipe's seed."""
+    order = np.random.default_rng([recipe.seed, 5]).permutation(count)
+    refs = np.sort(order[:min(recipe.ref_candidates, count)])
+    rest = order[refs.size:]
+    val = np.sort(rest[:int(round(recipe.val_fraction * rest.size))])
+    return refs.astype(np.int64), val.astype(np.int64)
+
+
+def labeler_dirs(cfg, device, grader) -> tuple[list[Path], str]:
+    """The labelling models' directories (snapshots) and their warm start's key."""
+    from lze_bench.backends.local.warmstart import ensure_warmstart, snapshot_dir, warmstart_key
+
+    recipe = cfg.backend.predictor
+    steps = sorted(int(s) for s in recipe.labeler_steps)
+    backend = dataclasses.replace(cfg.backend, init_seed=recipe.labeler_seed, warmstart_steps=steps[-1])
+    directory = ensure_warmstart(cfg.model, cfg.task, backend, device, grader, snapshots=steps)
+    key, _ = warmstart_key(cfg.model, cfg.task, backend, device.type, steps)
+    return [snapshot_dir(directory, s) for s in steps], key
+
+
+def ensure_head(cfg, device, grader) -> Path:
+    """The cached head directory for this config (`head.pt` + `info.json`), built first if missing."""
+    from filelock import FileLock
+
+    from lze_bench.backends.local.warmstart import cache_root
+
+    dirs, labeler_key = labeler_dirs(cfg, device, grader)
+    key = head_key(cfg.backend.predictor, labeler_key, cfg.task, cfg.trainer)
+    root = cache_root(cfg.backend) / "predictor"
+    target = root / key
+    if (target / INFO_FILE).exists():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(root / f"{key}.lock"):  # released by the OS if the holder dies
+        if (target / INFO_FILE).exists():
+            return target
+        tmp = root / f".tmp-{key}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        info = _build(cfg, dirs, labeler_key, device, grader, tmp)
+        atomic_write_json(tmp / INFO_FILE, {"key": key, **info})
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+    return target
+
+
+def _build(cfg, dirs: list[Path], labeler_key: str, device, grader, out: Path) -> dict:
+    from lze_bench.predictor.checkpoint import save_head
+    from lze_bench.predictor.encoder import Encoder
+    from lze_bench.predictor.labels import measure
+    from lze_bench.predictor.train import LabelSet, TrainRecipe, evaluate, train_head
+    from lze_bench.tasks.synthetic import load_split
+
+    recipe, trainer = cfg.backend.predictor, cfg.trainer
+    rows = load_split("train", cfg.task) + load_split("sft", cfg.task)[:recipe.sft_questions]
+    times, flops = {}, {}
+    start = time.perf_counter()
+    rates = []
+    for index, directory in enumerate(dirs):
+        rate, spent = measure(directory, rows, samples=recipe.samples, max_new_tokens=trainer.max_new_tokens,
+                              temperature=trainer.temperature, top_p=trainer.top_p, grader=grader, device=device,
+                              chunk_size=cfg.backend.gen_chunk_size, seed=recipe.seed + index)
+        rates.append(rate)
+        flops["labeling"] = flops.get("labeling", 0) + spent
+        log.info("labeller %s: mean pass rate %.3f over %d questions", directory.name, rate.mean(), len(rows))
+    times["labeling"] = time.perf_counter() - start
+    start = time.perf_counter()
+    encoder_name = f"tiny-{labeler_key}-step{int(dirs[-1].name.split('_')[-1])}"
+    encoder = Encoder.load(encoder_name, str(dirs[-1]), device)
+    embeddings, flops["encoder"] = encoder.embed([r["problem"] for r in rows])
+    times["encoder"] = time.perf_counter() - start
+    refs, val = split_questions(len(rows), recipe)
+    labels = LabelSet(embeddings, np.stack(rates), refs, val)
+    train_recipe = TrainRecipe(**{f.name: getattr(recipe, f.name) for f in dataclasses.fields(TrainRecipe)})
+    start = time.perf_counter()
+    head, result = train_head(labels, train_recipe)
+    flops["training"] = result["flops"]
+    times["training"] = time.perf_counter() - start
+    validation = evaluate(head, labels, train_recipe)
+    config = {"loss_type": "binary_cross_entropy", "ref_size": train_recipe.ref_size, "learning_rate": recipe.lr,
+              "batch_size": recipe.batch_size, "epochs": recipe.epochs, "lze_bench": {"labelers": [str(d) for d in dirs]}}
+    save_head(head, out / HEAD_FILE, encoder=encoder_name, config=config, metrics={"epoch_losses": result["losses"]})
+    log.info("ASTRAL head: %d questions x %d labellers, validation %s", len(rows), len(dirs), validation)
+    return {
+        "encoder": {"name": encoder_name, "path": str(dirs[-1]), "width": encoder.width},
+        "labelers": [str(d) for d in dirs], "questions": len(rows), "references": int(refs.size),
+        "held_out": int(val.size), "samples": recipe.samples, "flops": {k: int(v) for k, v in flops.items()},
+        "time_s": {k: round(v, 2) for k, v in times.items()}, "validation": validation,
+        "losses": result["losses"], "recipe": _plain(recipe),
+    }
+
+
+def read_info(directory: Path) -> dict:
+    return json.loads((Path(directory) / INFO_FILE).read_text())
