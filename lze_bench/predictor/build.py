@@ -8,8 +8,8 @@ Order (each step's cost is counted as offline compute, `info.json` "flops"):
 2. questions: the run's train pool plus `sft_questions` of the sft split (never the held-out test split);
    a seeded `ref_candidates` of them are the references, a seeded `val_fraction` of the rest is held out;
 3. labels: every labeller's pass rate on every question (labels.py)            -> flops "labeling"
-4. embeddings: the frozen encoder (the last labeller snapshot, named
-   `tiny-<warm start key>-step<k>`) on every question (encoder.py)              -> flops "encoder"
+4. embeddings: the frozen encoder (the last labeller snapshot, named by its directory, as an HF
+   encoder is by its hub id) on every question (encoder.py)                     -> flops "encoder"
 5. the head, with the authors' recipe (train.py), saved in their format (checkpoint.py) -> flops "training"
 6. held-out check: trained head vs the cosine kernel on the held-out questions (train.evaluate).
 
@@ -120,8 +120,8 @@ def _build(cfg, dirs: list[Path], labeler_key: str, device, grader, out: Path) -
         log.info("labeller %s: mean pass rate %.3f over %d questions", directory.name, rate.mean(), len(rows))
     times["labeling"] = time.perf_counter() - start
     start = time.perf_counter()
-    encoder_name = f"tiny-{labeler_key}-step{int(dirs[-1].name.split('_')[-1])}"
-    encoder = Encoder.load(encoder_name, str(dirs[-1]), device)
+    encoder_name = str(dirs[-1])  # recorded as the id it loads from, as an HF hub id would be
+    encoder = Encoder.load(encoder_name, encoder_name, device)
     embeddings, flops["encoder"] = encoder.embed([r["problem"] for r in rows])
     times["encoder"] = time.perf_counter() - start
     refs, val = split_questions(len(rows), recipe)
