@@ -56,7 +56,7 @@ def _row(step: int, selector: str, seed: int) -> dict:
     row = {c: 0 for c in LEDGER_COLUMNS if c not in ("cum_flops", "cum_time_s", "flops_total", "heldout_accuracy")}
     row.update(step=step, prompts_considered=16, prompts_rolled_out=rolled, groups_kept=kept, flops_rollout=rollout,
                flops_train=train, flops_logprob=logprob, time_step_s=time_s, reward_mean=0.5, partial=False,
-               zero_variance_frac=0.25 if selector == "lze" else 0.5)
+               zero_variance_frac=0.25 if selector == "lze" else 0.5, gen_rounds=2 if selector == "dapo" else 1)
     if step in (1, 3) and (selector, seed) in HELDOUT:
         row["heldout_accuracy"] = HELDOUT[(selector, seed)][step // 2]
     return row
@@ -199,7 +199,9 @@ def test_report_files(runs_root, tmp_path):
     assert "| held-out | lze | 52.5 | 3.11e2 | 0.41 | [0.01, 18.47] | no | 2/2 |" in table2
     assert "| held-out | dapo | 52.5 | not reached | not reached | – | – | 0/2 |" in table2
     assert "| gsm8k | lze | 23.5 | 1.80e2 | 0.25 | – | – | 1/2 |" in table2
-    assert "| lze | 4.00e2 | 4.00e1 | 1.60e2 | 0 | 6.00e2 | 4.0 | 0.50 | 32.0 ± 0.0 | 2 |" in (out / "table3.md").read_text()
+    table3 = (out / "table3.md").read_text()
+    assert "| lze | 4.00e2 | 4.00e1 | 1.60e2 | 0 | 6.00e2 | 0 | 4.0 | 1.00 | 0.50 | 32.0 ± 0.0 | 2 |" in table3
+    assert "| dapo | 8.00e2 | 1.00e2 | 3.00e2 | 0 | 1.20e3 | 0 | 4.0 | 2.00 |" in table3  # rounds per step
     tex = (out / "table1.tex").read_text()
     assert r"\toprule" in tex and r"\bottomrule" in tex and r"55.0 $\pm$ 63.5" in tex and r"$8.00{\times}10^{2}$" in tex
     assert r"not reached" in (out / "table2.tex").read_text()
@@ -221,14 +223,59 @@ def test_report_shows_astral_predictor_accuracy(tmp_path):
     ledger = pd.read_parquet(run_dir / "ledger.parquet")
     ledger["astral_pred_mae"] = [0.4, float("nan"), 0.2, 0.1]  # step 1: no prediction
     ledger["astral_pred_spearman"] = [0.5, float("nan"), float("nan"), 0.7]
+    ledger["astral_pred_pearson"] = [0.3, float("nan"), 0.5, float("nan")]
     ledger.to_parquet(run_dir / "ledger.parquet")
     frame = build(root)["predictor"]
-    assert frame.to_dict("records") == [{"label": "astral", "seed": 0, "steps": 3, "mae": pytest.approx(0.7 / 3),
-                                         "spearman": pytest.approx(0.6), "mae_first": 0.4, "mae_last": 0.1}]
+    nan = float("nan")
+    assert frame.to_dict("records") == [{
+        "label": "astral", "seed": 0, "predictor": "kernel", "ran": True, "steps": 3, "mae_first": 0.4,
+        "mae_last": 0.1, "mae": pytest.approx(0.7 / 3), "heldout_mae": pytest.approx(nan, nan_ok=True),
+        "spearman": pytest.approx(0.6), "heldout_spearman": pytest.approx(nan, nan_ok=True),
+        "pearson": pytest.approx(0.4), "heldout_pearson": pytest.approx(nan, nan_ok=True)}]
     out = main(root, name="astral", out_root=tmp_path / "reports")
-    assert "| astral | 1 | 3 | 0.233 | 0.600 | 0.400 | 0.100 |" in (out / "report.md").read_text()
+    text = (out / "report.md").read_text()
+    assert "| astral | kernel (cosine, untrained) — ran | 1 | 3 | 0.233 | 0.600 | 0.400 | 0.400 | 0.100 | – | – | – |" in text
     assert len(pd.read_csv(out / "astral_predictor.csv")) == 1
     assert "p̂" not in (out / "table1.md").read_text()  # its own section, not a column of Table 1
+    assert "(+offline)" not in text and not (out / "offline.csv").exists()  # no learned head: nothing charged
+
+
+def test_learned_head_is_shown_beside_the_kernel_and_its_offline_cost_charged(tmp_path):
+    """Offline 300 FLOPs (budget 800). astral's curve: (0, .3), (400, .5), (800, .7); charged: shifted by 300, so
+    at the budget .5 + .2 * 100 / 400 = .55 (Table 1), and the target .48 (uniform: a0 .3, A .5) is reached at
+    360 + 300 = 660 FLOPs against uniform's 720 (Table 2: 0.92; uncharged 360 / 720 = 0.50)."""
+    import json
+
+    root = tmp_path / "runs"
+    make_run(root, "uniform", 0)
+    run_dir = make_run(root, "astral", 0)
+    ledger = pd.read_parquet(run_dir / "ledger.parquet")
+    ledger["heldout_accuracy"] = [float("nan"), 0.5, float("nan"), 0.7]
+    for prefix, values in (("pred", (0.1, 0.8, 0.7)), ("kernel", (0.3, 0.1, 0.2))):
+        for name, value in zip(("mae", "spearman", "pearson"), values):
+            ledger[f"astral_{prefix}_{name}"] = value
+    ledger.to_parquet(run_dir / "ledger.parquet")
+    validation = {"trained": {"mae": 0.12, "spearman": 0.9, "pearson": 0.85},
+                  "kernel": {"mae": 0.25, "spearman": 0.2, "pearson": 0.1}, "questions": 10, "models": 3}
+    (run_dir / "offline_flops.json").write_text(json.dumps({
+        "predictor": "trained", "encoder": "enc", "validation": validation, "time_s": {"labeling": 5.0},
+        "flops": {"labeling": 200, "encoder": 40, "training": 60, "total": 300}}))
+    report = build(root)
+    t1 = report["table1"].set_index("label")
+    assert t1.loc["astral (+offline)", "accuracy"] == pytest.approx(0.55)
+    assert t1.loc["astral (+offline)", "delta"] == pytest.approx(0.05) and t1.loc["astral", "delta"] == pytest.approx(0.2)
+    assert t1.loc["astral (+offline)", "flops"] == 800
+    t2 = report["table2"].set_index("label")
+    assert t2.loc["astral", "ratio"] == pytest.approx(0.5)
+    assert t2.loc["astral (+offline)", "ratio"] == pytest.approx(660 / 720)
+    assert report["table3"].set_index("label").loc["astral", "offline_flops"] == 300
+    out = main(root, name="head", out_root=tmp_path / "reports")
+    text = (out / "report.md").read_text()
+    assert "| astral | trained head (lze-bench) — ran | 1 | 4 | 0.100 | 0.800 | 0.700 | 0.100 | 0.100 | 0.120 | 0.900 | 0.850 |" in text
+    assert "| astral | kernel (cosine, untrained) — beside it, not used | 1 | 4 | 0.300 | 0.100 | 0.200 | 0.300 | 0.300 | 0.250 | 0.200 | 0.100 |" in text
+    assert "labelling rollouts 2.00e2, encoder passes 4.00e1, head training 6.00e1; total 3.00e2 FLOPs = 0.38 × the FLOP budget" in text
+    assert "| held-out | astral (+offline) | 55.0 | +5.0 |" in (out / "table1.md").read_text()
+    assert pd.read_csv(out / "offline.csv")["total"].tolist() == [300]
 
 
 def test_report_without_uniform_has_no_table2(tmp_path):

@@ -10,9 +10,11 @@ and writes `<out_root>/<name>/`:
                               difference to uniform on the same seed (paired; paired.py)
     table2.md .tex .csv       FLOPs to reach a fraction of uniform's gain over the initial
                               policy, as a ratio to uniform on the same seed (paired.py)
-    table3.md .tex .csv       training FLOPs by phase, steps, kept fraction, wall time (tables.py)
+    table3.md .tex .csv       training FLOPs by phase, offline FLOPs, steps, rollout rounds per step, kept fraction,
+                              wall time (tables.py)
     runs.csv at_budget.csv reach.csv points.csv   per-seed numbers behind them (points: every eval point)
-    astral_predictor.csv      ASTRAL's predictor accuracy per run (predictor.py; only with astral runs)
+    astral_predictor.csv      ASTRAL's predictors' accuracy per run (predictor.py; only with astral runs)
+    offline.csv               offline compute per run (offline.py; only with a learned predictor)
     accuracy_vs_flops, accuracy_vs_wallclock (+ accuracy_vs_gpu_hours on GPUs), rl_curves,
     flops_by_phase, kept_fraction, pass_rate_distribution  (.png + .pdf; report.md captions each)
 
@@ -31,6 +33,7 @@ from lze_bench.report.data import (accuracy_points, flop_budget, heldout_problem
                                    run_summary)
 from lze_bench.report.formats import benchmark_cells, budget_cells, cost_cells, latex, markdown, reach_cells, sci
 from lze_bench.report.document import report_md
+from lze_bench.report.offline import charged_points, offline_summary
 from lze_bench.report.predictor import predictor_accuracy
 from lze_bench.report.suites import benchmark_table, choose, eval_results
 from lze_bench.report.paired import ReportOptions, at_budget, reach, table_budget, table_reach
@@ -48,8 +51,10 @@ def build(sweep_dir: str | Path, options: ReportOptions | None = None) -> dict:
     points = accuracy_points(runs, evals)
     summary = run_summary(runs, points)
     budget = flop_budget(runs)
-    ends = at_budget(points, summary)
-    reached = reach(points, options) if len(points) else None
+    # `<label> (+offline)` rows: runs with offline compute (ASTRAL's learned head), charged (offline.py)
+    shifted, cut = charged_points(points, runs, budget)
+    ends = at_budget(pd.concat([points, cut], ignore_index=True), summary)
+    reached = reach(pd.concat([points, shifted], ignore_index=True), options) if len(points) else None
     return {
         "runs": runs, "points": points, "summary": summary, "budget": budget, "options": options,
         "benchmarks": benchmark_table(evals),  # per benchmark: problems, samples, suite, settings
@@ -59,6 +64,7 @@ def build(sweep_dir: str | Path, options: ReportOptions | None = None) -> dict:
         "table3": cost_table(summary),
         "predictor": predictor_accuracy(runs),  # ASTRAL's predictor (predictor.py); None without astral runs
         "conventions": _conventions(evals),  # grading mode and prompt of the eval results used
+        "offline": offline_summary(runs),  # offline compute per run (offline.py); None without it
     }
 
 
@@ -162,6 +168,8 @@ def main(sweep_dir: str | Path, name: str | None = None, out_root: str | Path = 
     texts = write_tables(report, out)
     if report["predictor"] is not None:
         _write_csv(out / "astral_predictor.csv", report["predictor"])
+    if report["offline"] is not None:
+        _write_csv(out / "offline.csv", report["offline"].drop(columns=["validation", "time_s"]))
     figures = write_plots(report, out)
     atomic_write_text(out / "report.md", report_md(name, sweep_dir, report, texts, figures))
     from rich.console import Console

@@ -44,6 +44,7 @@ import pandas as pd
 
 from lze_bench.errors import LzeBenchError
 from lze_bench.ledger import LEDGER_FILE, read_ledger, read_rollouts
+from lze_bench.report.offline import offline_flops
 from lze_bench.rundir import CONFIG, DONE, is_done
 
 log = logging.getLogger(__name__)
@@ -230,6 +231,9 @@ def run_summary(runs: list[Run], points: pd.DataFrame) -> pd.DataFrame:
             "rolled_out_fraction": _ratio(led["prompts_rolled_out"].sum(), led["prompts_considered"].sum()),
             "wall_time_s": float(led["time_step_s"].sum()),
             "gpus": run.gpus,
+            "gen_rounds_per_step": float(led["gen_rounds"].mean()) if len(led) else float("nan"),
+            "prompts_dropped": int(led["prompts_dropped"].sum()),
+            "offline_flops": offline_flops(run.run_dir),
             "stopped_by": run.done.get("stopped_by"),
         }
         mine = points[(points["label"] == run.label) & (points["seed"] == run.seed)]

@@ -137,9 +137,12 @@ def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: li
         "= generation F(prompt + response) per sample (probes included); log-prob = the old-policy forward over "
         "every trained sequence (and the reference forward with a KL term), F(L) each; train = 3·F(L) per trained "
         "sequence per PPO epoch; select = extra passes a selector asked for. Held-out evals are not training "
-        "compute and are not counted. Kept fraction = groups reaching the actor update / prompts rolled out.",
+        "compute and are not counted. Offline = compute spent before step 0 and in no step (ASTRAL's learned "
+        "predictor: labelling rollouts, encoder passes, head training; offline_flops.json), not in the total. "
+        "Rounds / step = rollout rounds (one generation call each) per training step. Kept fraction = groups "
+        "reaching the actor update / prompts rolled out.",
         "",
     ]
-    lines += predictor_section(report.get("predictor"))
+    lines += predictor_section(report.get("predictor"), report.get("offline"), budget if has_budget else None)
     lines += _figures(figures)
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -42,12 +42,13 @@ def benchmarks_of(points: pd.DataFrame) -> list[str]:
 
 
 def cost_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per label: FLOPs by phase, steps, kept fraction, wall time (mean, ci over seeds); numbers only."""
+    """Per label: FLOPs by phase, offline FLOPs, steps, rollout rounds per step, kept fraction, wall time
+    (mean, ci over seeds); numbers only."""
     rows = []
     for label, group in summary.groupby("label", sort=False):
         row = {"label": label, "seeds": len(group)}
         for col in ("flops_rollout", "flops_logprob", "flops_train", "flops_select", "flops_total", "kept_fraction",
-                    "rolled_out_fraction", "wall_time_s", "steps"):
+                    "rolled_out_fraction", "wall_time_s", "steps", "gen_rounds_per_step", "offline_flops"):
             row[col], row[f"{col}_ci"], _ = mean_ci(group[col])
         rows.append(row)
     return _baseline_first(pd.DataFrame(rows))
