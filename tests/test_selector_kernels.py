@@ -248,7 +248,8 @@ def test_hive_screen_equals_the_spec_formula():
 
     sel = HiveSelector(HiveConfig(), num_prompts=20000, batch_size=64)
     rng = np.random.default_rng(11)
-    sel.history = greso_state(20000, 11)
+    sel.history.run = greso_state(20000, 11).run
+    sel.history.p_easy, sel.history.p_hard = 0.37, 0.61
     seen = rng.random(20000) < 0.8
     sel.p_hist = np.where(seen, rng.integers(0, 9, 20000) / 8, np.nan)
     sel.h_hist = np.where(seen & (rng.random(20000) < 0.7), rng.random(20000) * 2, np.nan)
@@ -258,7 +259,10 @@ def test_hive_screen_equals_the_spec_formula():
     known = ~np.isnan(sel.h_hist)
     u = np.where(np.isnan(h), 1.0, np.minimum(1.0, h / float(sel.h_hist[known].mean())))
     e = 0.5 + (1.0 - 0.5) * (4.0 * p * (1.0 - p)) * u
-    q = np.where(np.isnan(p), 1.0, sel.history.keep_probability(ids) * e)
+    easy, hard = sel.history.easy_run[ids], sel.history.hard_run[ids]
+    k = np.where(easy > 0, np.maximum(0.37 ** easy.astype(np.float64), 0.01), 1.0)
+    k = np.where(hard > 0, np.maximum(0.61 ** hard.astype(np.float64), 0.01), k)
+    q = np.where(np.isnan(p), 1.0, k * e)
     assert np.array_equal(sel.select_probability(ids), q)
     draws = rng.random(ids.size)
     assert np.array_equal(sel._listed(ids, draws), ~(draws < 1.0 - q))

@@ -140,6 +140,7 @@ def _build(cfg, dirs: list[Path], labeler_key: str, device, grader, out: Path) -
         "encoder": {"name": encoder_name, "path": str(dirs[-1]), "width": encoder.width},
         "labelers": [str(d) for d in dirs], "questions": len(rows), "references": int(refs.size),
         "held_out": int(val.size), "samples": recipe.samples, "flops": {k: int(v) for k, v in flops.items()},
+        "label_means": [float(r.mean()) for r in rates],
         "time_s": {k: round(v, 2) for k, v in times.items()}, "validation": validation,
         "losses": result["losses"], "recipe": _plain(recipe),
     }

@@ -70,19 +70,37 @@ def round_estimate(need: int, groups: int, zero: int, first_round: int, margin: 
 class SkipHistory:
     """Per-prompt runs, the exploration probabilities and the per-step counters of GRESO.
 
-    The two runs are held as one signed array `run` (int32[N]: `easy_run` where
-    > 0, `-hard_run` where < 0, 0 unseen or last rollout informative): at most
-    one of them is non-zero (observe resets the other), and one array halves the
-    random gathers and scatters at 10^6 prompts. `easy_run` / `hard_run` (and
-    the state dict) are derived from it.
+    Per prompt, one record of `rows` (a structured array): `run` (int32: `easy_run`
+    where > 0, `-hard_run` where < 0, 0 unseen or last rollout informative; at
+    most one of the two is non-zero, observe resets the other), `n_obs` (int32),
+    and any fields the owner adds (HIVE: its float64 `p_hist`). One record per
+    prompt is one memory access per gather or scatter at 10^6 prompts where
+    separate arrays cost one each; `easy_run` / `hard_run` and the state dict
+    are derived from it. `run`, `n_obs` and the added fields are writable views.
     """
 
-    def __init__(self, num_prompts: int, cfg):
+    def __init__(self, num_prompts: int, cfg, extra: tuple = ()):
+        """`extra`: (name, dtype, initial value) fields to keep in the same records."""
         self.cfg = cfg
-        self.run = np.zeros(num_prompts, dtype=np.int32)  # +c: c all-solved rollouts in a row, -c: all-failed
-        self.n_obs = np.zeros(num_prompts, dtype=np.int32)
+        fields = [("run", np.int32), ("n_obs", np.int32)] + [(name, dtype) for name, dtype, _ in extra]
+        self.rows = np.zeros(num_prompts, dtype=fields)
+        for name, _, initial in extra:
+            self.rows[name] = initial
         self.p_easy, self.p_hard, self.epoch = float(cfg.p_easy), float(cfg.p_hard), 0
         self.reset_step()
+
+    @property
+    def run(self) -> np.ndarray:
+        """int32[N] view: +c after c all-solved rollouts in a row, -c after c all-failed, else 0."""
+        return self.rows["run"]
+
+    @run.setter
+    def run(self, value) -> None:
+        self.rows["run"] = value
+
+    @property
+    def n_obs(self) -> np.ndarray:
+        return self.rows["n_obs"]
 
     @property
     def easy_run(self) -> np.ndarray:
@@ -100,47 +118,58 @@ class SkipHistory:
 
     def keep_probability(self, ids: np.ndarray) -> np.ndarray:
         """float64[m]: max(p_easy ** easy_run, floor) if easy_run > 0, the same for hard, else 1."""
-        keep = np.ones(ids.size)
-        run = self.run.take(ids)
-        where = np.flatnonzero(run)
-        keep[where] = self.keep_of_runs(run.take(where))
-        return keep
+        return self.keep_of(self.rows.take(ids)["run"])
 
-    def keep_of_runs(self, run: np.ndarray) -> np.ndarray:
-        """float64[k] keep probabilities of non-zero signed runs (`run` entries of some prompts).
+    def keep_of(self, run: np.ndarray) -> np.ndarray:
+        """float64[m] keep probabilities of signed runs (`run` of some prompts).
 
-        Runs are small integers, so the powers come from a table `p ** [0, 1,
-        ..., longest run]`, computed as `scalar ** float64 array` like the
-        plain formula (the same pow on the same operands: the same values bit
-        for bit), then gathered; only prompts with a run are looked at.
+        Runs are small integers, so the values come from a table over the signed
+        runs present, `table[run - lowest]` (see `keep_table`): one gather from a
+        table that stays in cache instead of a power per candidate.
         """
         if run.size == 0:
             return np.zeros(0)
-        longest = int(max(run.max(), -run.min()))
-        powers = np.arange(longest + 1, dtype=np.float64)
+        table, lowest = self.keep_table(int(run.min()), int(run.max()))
+        return table.take(run - lowest)
+
+    def keep_table(self, lowest: int, highest: int) -> tuple[np.ndarray, int]:
+        """(float64[highest - lowest + 1] keep probability of each signed run in [lowest, highest], lowest).
+
+        Entries: 1 at run 0, `max(p_easy ** c, floor)` at +c, `max(p_hard ** c, floor)` at -c; each power
+        computed as `scalar ** float64 array`, like the plain formula: the same pow on the same operands
+        gives the same values bit for bit.
+        """
+        lowest, highest = min(lowest, 0), max(highest, 0)
         floor = self.cfg.keep_floor
-        easy = np.maximum(self.p_easy ** powers, floor)  # float64[longest + 1]
-        hard = np.maximum(self.p_hard ** powers, floor)
-        return np.where(run > 0, easy.take(np.abs(run)), hard.take(np.abs(run)))
+        table = np.ones(highest - lowest + 1)
+        table[1 - lowest:] = np.maximum(self.p_easy ** np.arange(1, highest + 1, dtype=np.float64), floor)
+        table[:-lowest] = np.maximum(self.p_hard ** np.arange(-lowest, 0, -1, dtype=np.float64), floor)
+        return table, lowest
 
     def survivors(self, ids: np.ndarray, draws: np.ndarray) -> np.ndarray:
         """bool[m]: not (draw < 1 - keep probability), the skip rule (PS:119, 144), for candidates `ids`.
 
-        Computed only where a run is non-zero: elsewhere keep = 1, skip = 0 and
-        no draw is below it, so the mask is that of the full formula.
+        The skip probabilities `1 - keep` are taken from the table too (the same subtraction on the same
+        values), and `not (u < s)` is `u >= s` for the finite draws and probabilities here.
         """
-        run = self.run.take(ids)
-        where = np.flatnonzero(run)
-        alive = np.ones(ids.size, dtype=bool)
-        alive[where] = ~(draws.take(where) < 1.0 - self.keep_of_runs(run.take(where)))
-        return alive
+        run = self.rows.take(ids)["run"]
+        if run.size == 0:
+            return np.zeros(0, dtype=bool)
+        table, lowest = self.keep_table(int(run.min()), int(run.max()))
+        return np.greater_equal(draws, np.subtract(1.0, table).take(run - lowest))
 
-    def observe(self, ids: np.ndarray, solved: np.ndarray, failed: np.ndarray) -> None:
-        """Runs: +1 on an all-solved rollout (from a positive run, else from 0), -1 on all-failed, else 0."""
-        run = self.run.take(ids)
+    def observe(self, ids: np.ndarray, solved: np.ndarray, failed: np.ndarray, update=None) -> None:
+        """Runs: +1 on an all-solved rollout (from a positive run, else from 0), -1 on all-failed, else 0;
+        n_obs + 1. `update(records)` (the owner's fields of the gathered records) runs before they are
+        written back, so a prompt's record is read once and written once."""
+        records = self.rows.take(ids)
+        run = records["run"]
         grown = np.where(solved, np.maximum(run, 0) + 1, 0)
-        self.run[ids] = np.where(failed, np.minimum(run, 0) - 1, grown)
-        self.n_obs[ids] += 1
+        records["run"] = np.where(failed, np.minimum(run, 0) - 1, grown)
+        records["n_obs"] += 1
+        if update is not None:
+            update(records)
+        self.rows[ids] = records
         self.rolled_step += int(ids.size)
         self.solved_step += int(np.count_nonzero(solved))
         self.failed_step += int(np.count_nonzero(failed))
@@ -181,13 +210,13 @@ class SkipHistory:
         arrays = {}
         for key in PER_PROMPT:
             value = np.asarray(state[key])
-            if value.shape != self.n_obs.shape:
-                raise LzeBenchError(f"{who} state {key!r} has shape {value.shape}, expected {self.n_obs.shape}")
+            if value.shape != self.rows.shape:
+                raise LzeBenchError(f"{who} state {key!r} has shape {value.shape}, expected {self.rows.shape}")
             arrays[key] = value.astype(np.int32, copy=True)
         if np.any((arrays["easy_run"] > 0) & (arrays["hard_run"] > 0)):
             raise LzeBenchError(f"{who} state: a prompt has both an easy and a hard run; at most one can be > 0")
-        self.run = np.where(arrays["hard_run"] > 0, -arrays["hard_run"], arrays["easy_run"]).astype(np.int32)
-        self.n_obs = arrays["n_obs"]
+        self.rows["run"] = np.where(arrays["hard_run"] > 0, -arrays["hard_run"], arrays["easy_run"])
+        self.rows["n_obs"] = arrays["n_obs"]
         self.p_easy, self.p_hard, self.epoch = float(state["p_easy"]), float(state["p_hard"]), int(state["epoch"])
         for key in TRANSIENT:
             setattr(self, key, bool(state[key]) if key == "last_round" else int(state[key]))

@@ -85,14 +85,23 @@ class HiveSelector(Selector):
         super().__init__(config, num_prompts=num_prompts, batch_size=batch_size)
         if not self.config.use_response_entropy:
             self.requires = ("prompt_entropy",)
-        self.history = SkipHistory(self.num_prompts, self.config)
-        self.p_hist = np.full(self.num_prompts, np.nan)  # float64[N] EMA pass rate, NaN = unseen
+        # p_hist (float64[N] EMA pass rate, NaN = unseen) lives in the history's records: one access per prompt
+        self.history = SkipHistory(self.num_prompts, self.config, extra=(("p_hist", np.float64, np.nan),))
         self.h_hist = np.full(self.num_prompts, np.nan)  # float64[N] EMA mean response entropy, NaN = unknown
         self.h_bar = None  # mean of the known h_hist (None: none known); derived, not state
         train = self.config.train_batch_size or self.batch_size
         if train is None:
             raise LzeBenchError("selector.train_batch_size: hive needs a batch size; set it or pass the harness's")
         self.begin_update(int(train))
+
+    @property
+    def p_hist(self) -> np.ndarray:
+        """float64[N] view: EMA of each prompt's pass rate, NaN = unseen."""
+        return self.history.rows["p_hist"]
+
+    @p_hist.setter
+    def p_hist(self, value) -> None:
+        self.history.rows["p_hist"] = value
 
     def begin_update(self, train_batch_size: int | None = None) -> None:
         """Set this step's B (and R from it); replay calls it before each logged step."""
@@ -139,10 +148,10 @@ class HiveSelector(Selector):
 
     def select_probability(self, candidates: np.ndarray) -> np.ndarray:
         """float64[m]: q = k * e, 1 for unseen prompts."""
-        p = self.p_hist.take(candidates)
-        q = self.history.keep_probability(candidates)
-        q *= self._edge(p, candidates)
-        q[np.isnan(p)] = 1.0
+        records = self.history.rows.take(candidates)
+        q = self.history.keep_of(records["run"])
+        q *= self._edge(records["p_hist"], candidates)
+        q[np.isnan(records["p_hist"])] = 1.0
         return q
 
     def _listed(self, candidates: np.ndarray, draws: np.ndarray) -> np.ndarray:
@@ -152,8 +161,9 @@ class HiveSelector(Selector):
         just as `v < 1 - 1 = 0` is, so the mask is the same without a pass to
         replace the NaNs (`select_probability` returns the 1s).
         """
-        q = self.history.keep_probability(candidates)
-        q *= self._edge(self.p_hist.take(candidates), candidates)  # NaN where unseen
+        records = self.history.rows.take(candidates)  # run and p_hist: one gather
+        q = self.history.keep_of(records["run"])
+        q *= self._edge(records["p_hist"], candidates)  # NaN where unseen
         np.subtract(1.0, q, out=q)
         listed = np.less(draws, q)
         return np.logical_not(listed, out=listed)
@@ -187,8 +197,12 @@ class HiveSelector(Selector):
     def observe(self, batch):
         ids = batch.prompt_ids
         solved, failed, _ = group_classes(batch.rewards, self.name)
-        self.history.observe(ids, solved, failed)
-        self.p_hist[ids] = self._ema(self.p_hist.take(ids), pass_rates(batch.rewards))
+        rates = pass_rates(batch.rewards)
+
+        def update(records):  # p_hist goes back with the runs: one gather and one scatter per prompt
+            records["p_hist"] = self._ema(records["p_hist"], rates)
+
+        self.history.observe(ids, solved, failed, update)
         if batch.response_entropy is not None:
             h = np.asarray(batch.response_entropy, dtype=np.float64).mean(axis=1)
             self.h_hist[ids] = self._ema(self.h_hist.take(ids), h)
