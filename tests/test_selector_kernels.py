@@ -266,3 +266,35 @@ def test_hive_screen_equals_the_spec_formula():
     assert np.array_equal(sel.select_probability(ids), q)
     draws = rng.random(ids.size)
     assert np.array_equal(sel._listed(ids, draws), ~(draws < 1.0 - q))
+
+
+def test_astral_pool_from_the_last_pool_equals_the_general_dedup_and_filter():
+    """selectors.md §3 buffer steps 1-2 on the whole buffer (newest_per_prompt, then the all-0/1 filter) give
+    the pool the selector builds from its last pool plus the appended groups, step after step."""
+    from lze_bench.selectors import RolloutBatch
+    from lze_bench.selectors.astral import AstralConfig, AstralSelector, newest_per_prompt, replayable
+
+    sel = AstralSelector(AstralConfig(buffer_size=40, sigma=0.5), num_prompts=60, batch_size=24)
+    rng = np.random.default_rng(3)
+    for step in range(12):
+        ids = rng.choice(60, 20, replace=False)
+        rewards = (rng.random((20, 4)) < rng.choice([0.0, 0.5, 1.0], (20, 1))).astype(np.float32)
+        pid, stp, mean = newest_per_prompt(sel.buf_pid, sel.buf_step, 60, sel.buf_mean)
+        mixed = replayable(mean)
+        sel.observe(RolloutBatch(prompt_ids=ids, rewards=rewards, step=step))
+        assert sel.pool_pid.tolist() == pid[mixed].tolist() and sel.pool_step.tolist() == stp[mixed].tolist()
+    sel.buf_split = -1  # unknown split (e.g. a hand-made state): the general path
+    pid, stp, mean = newest_per_prompt(sel.buf_pid, sel.buf_step, 60, sel.buf_mean)
+    sel.observe(RolloutBatch(prompt_ids=[0, 1], rewards=np.ones((2, 4), np.float32), step=12))
+    assert sel.pool_pid.tolist() == pid[replayable(mean)].tolist()
+
+
+@pytest.mark.parametrize("size", [1, 5, 1000])
+def test_average_ranks_equal_the_unique_based_mean_ranks(size):
+    from lze_bench.selectors.astral_predict import average_ranks
+
+    rng = np.random.default_rng(size)
+    for values in (rng.random(size), rng.integers(0, 4, size) / 4.0, np.zeros(size)):
+        _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+        ends = np.cumsum(counts)
+        assert np.array_equal(average_ranks(values), ((ends - counts + ends - 1) / 2.0)[inverse])

@@ -14,7 +14,10 @@ the backend's feature computation (HIVE's prompt entropy, ASTRAL's
 embeddings) are not timed: the features are precomputed arrays.
 
 ASTRAL re-predicts every prompt at each round start, O(N * ref_size * d):
-it is reported as two rows, a round-start step and a mid-round step.
+it is reported as two rows, a round-start step and a mid-round step; its
+buffer_size is B (the authors' script: 512 at B = 512), and its predictor
+diagnostics (`step_metrics`, read by the backend for the ledger) are not
+part of a step here.
 Goal: < 50 ms per step at 10^6 prompts on one core for the
 selectors that score recorded statistics (all but astral's round start).
 
@@ -68,6 +71,8 @@ def budget_for(name: str, size: int) -> int:
 def make_selector(name: str, size: int):
     cls = SELECTORS[name]
     overrides = {"train_batch_size": size, "gen_batch_size": size} if name == "dapo" else {}
+    if name == "astral":  # the authors' buffer_size = B (512 at B = 512); it must hold floor(sigma * B) groups
+        overrides = {"buffer_size": budget_for(name, size)}
     return cls(cls.Config(**overrides), num_prompts=size, batch_size=budget_for(name, size))
 
 
@@ -161,7 +166,8 @@ def bench_selectors(options: dict[str, str]) -> BenchResult:
         f"one step = select_rollout + observe + select_update; best of {repeats} after {warmup} warm-up steps "
         f"(epoch 1: LZE's top-k path); {samples} samples per prompt; candidates = the whole pool; "
         "batch = prompts rolled out (hive and astral roll out half: their budget is N/2)",
-        "not timed: building the RolloutBatch and computing features (backend work)",
+        "not timed: building the RolloutBatch and computing features (backend work); astral's predictor "
+        "diagnostics (step_metrics, computed when the backend reads them for the ledger)",
         f"astral:start = a round-start step (re-predicts all N prompts, O(N * ref_size * d), ref_size=256, "
         f"d={embed_dim}); astral:mid = the other steps of a round",
         "single-threaded NumPy for all but astral's similarity matmul (BLAS may use every core)",

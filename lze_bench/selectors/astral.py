@@ -62,7 +62,7 @@ from lze_bench.selectors.base import Selector, UpdateDecision, group_stats
 _ARRAYS = ("ref_ids", "y_ref", "round_ids", "buf_pid", "buf_step", "buf_mean", "pool_pid", "pool_step", "last_p",
            "p_hat", "p_kernel")
 _METRICS = ("pred_mae", "pred_spearman", "pred_pearson", "kernel_mae", "kernel_spearman", "kernel_pearson")
-_SCALARS = ("drawn_round", "round_fresh", "budget", "revealed_sum", "revealed_count") + _METRICS
+_SCALARS = ("drawn_round", "round_fresh", "budget", "revealed_sum", "revealed_count", "buf_split") + _METRICS
 PREDICTORS = ("kernel", "trained", "checkpoint")
 HEAD_FEATURES = ("head_query", "head_key", "head_embedding", "head_calibration")
 
@@ -134,6 +134,10 @@ class AstralSelector(Selector):
         self.ref_ids, self.y_ref, self.round_ids = empty, np.zeros(0), empty
         self.buf_pid, self.buf_step, self.pool_pid, self.pool_step = empty, empty, empty, empty
         self.buf_mean = np.zeros(0)  # float64[len(buf_pid)]: each buffered group's mean reward
+        # buf[:buf_split] is the pool kept by the last observe (deduplicated, mixed, trimmed) and buf[buf_split:]
+        # the groups it appended (distinct prompts); -1: not known (then the general deduplication runs)
+        self.buf_split = 0
+        self._pending = None  # (p_hat, p_kernel, measured) of the last observed batch: metrics when read
         self.last_p = np.full(self.num_prompts, np.nan)  # float64[N], NaN = never observed
         self.p_hat = np.full(self.num_prompts, np.nan)  # float64[N], the last draw's prediction, NaN = none
         self.p_kernel = np.full(self.num_prompts, np.nan)  # float64[N], the kernel beside the head (diagnostic)
@@ -207,15 +211,11 @@ class AstralSelector(Selector):
     def observe(self, batch):
         ids = batch.prompt_ids
         p, _ = group_stats(batch.rewards)
-        for prefix, predicted in (("pred", self.p_hat), ("kernel", self.p_kernel)):
-            for name, value in prediction_metrics(predicted[ids], p).items():
-                setattr(self, f"{prefix}_{name}", value)
+        self._pending = (self.p_hat[ids], self.p_kernel[ids], p)  # diagnostics: computed when read
         self.last_p[ids] = p
         self.revealed_sum += float(p.sum())
         self.revealed_count += int(ids.size)
-        pid, stp, mean = newest_per_prompt(self.buf_pid, self.buf_step, self.num_prompts, self.buf_mean)
-        mixed = replayable(mean)  # after the dedup: a prompt's all-0/all-1 newest group does not fall back
-        pid, stp, mean = pid[mixed], stp[mixed], mean[mixed]
+        pid, stp, mean = self._pool()
         self.pool_pid, self.pool_step = pid, stp  # what select_update replays from
         cap = self._cap()
         if pid.size > cap:
@@ -223,6 +223,27 @@ class AstralSelector(Selector):
         self.buf_pid = np.concatenate([pid, ids])
         self.buf_step = np.concatenate([stp, np.full(ids.size, int(batch.step), dtype=np.int64)])
         self.buf_mean = np.concatenate([mean, p])
+        self.buf_split = int(pid.size)
+
+    def _pool(self) -> tuple:
+        """The buffer deduplicated (each prompt's newest group), then its all-0 / all-1 groups dropped.
+
+        The filter runs after the dedup: a prompt whose newest group is all-0 or all-1 does not fall back
+        to an older mixed one. When the buffer is the last pool plus the groups appended after it
+        (`buf_split`), only those can repeat a prompt or be all-0 / all-1: the pool loses the prompts the
+        appended groups repeat, and only the appended groups are filtered (the same result in O(len + N)).
+        """
+        split = self.buf_split
+        if split < 0:
+            pid, stp, mean = newest_per_prompt(self.buf_pid, self.buf_step, self.num_prompts, self.buf_mean)
+            mixed = replayable(mean)
+            return pid[mixed], stp[mixed], mean[mixed]
+        newest = np.zeros(self.num_prompts, dtype=bool)
+        newest[self.buf_pid[split:]] = True
+        older = ~newest[self.buf_pid[:split]]
+        appended = replayable(self.buf_mean[split:])
+        keep = np.concatenate([older, appended])
+        return self.buf_pid[keep], self.buf_step[keep], self.buf_mean[keep]
 
     def select_update(self, batch, step, rng):
         replay = np.zeros((0, 2), dtype=np.int64)
@@ -233,8 +254,22 @@ class AstralSelector(Selector):
         return UpdateDecision(keep=np.ones(batch.num_groups, dtype=bool), replay=replay)
 
     def step_metrics(self) -> dict:
-        """The predictor's accuracy on this step's rolled-out prompts: p_hat of the round's draw vs measured p."""
+        """The predictor's accuracy on this step's rolled-out prompts: p_hat of the round's draw vs measured p.
+
+        Computed here, when the backend reads them, not in `observe`: they decide nothing, and their
+        ranking (Spearman) would dominate a step at 10^5 groups and more.
+        """
+        self._settle_metrics()
         return {f"astral_{key}": getattr(self, key) for key in _METRICS}
+
+    def _settle_metrics(self) -> None:
+        if self._pending is None:
+            return
+        predicted, kernel, measured = self._pending
+        self._pending = None
+        for prefix, values in (("pred", predicted), ("kernel", kernel)):
+            for name, value in prediction_metrics(values, measured).items():
+                setattr(self, f"{prefix}_{name}", value)
 
     def _cap(self) -> int:
         """cap' = buffer_size - floor(sigma * B): older groups kept after a step (ray_trainer.py L118-124)."""
@@ -252,6 +287,7 @@ class AstralSelector(Selector):
 
     # --- state ---------------------------------------------------------------
     def state_dict(self) -> dict:
+        self._settle_metrics()
         state = {key: getattr(self, key).copy() for key in _ARRAYS}
         state.update({key: getattr(self, key) for key in _SCALARS})
         return state
@@ -263,3 +299,4 @@ class AstralSelector(Selector):
             raise LzeBenchError(f"astral state 'last_p' has shape {self.last_p.shape}, expected ({self.num_prompts},)")
         for key in _SCALARS:
             setattr(self, key, type(getattr(self, key))(state[key]))
+        self._pending = None

@@ -127,10 +127,21 @@ def dots_draw(p_hat: np.ndarray, count: int, alpha: float, tau: float, rng: np.r
 
 
 def average_ranks(values: np.ndarray) -> np.ndarray:
-    """float64[m]: 0-based ranks, ties sharing their mean rank (what Spearman's rho ranks)."""
-    _, inverse, counts = np.unique(np.asarray(values, dtype=np.float64), return_inverse=True, return_counts=True)
-    ends = np.cumsum(counts)
-    return ((ends - counts + ends - 1) / 2.0)[inverse]
+    """float64[m]: 0-based ranks, ties sharing their mean rank (what Spearman's rho ranks).
+
+    One argsort (ties may come in any order: they all get the group's mean), then the tie groups of the
+    sorted values: a group spanning sorted positions [start, end) has mean rank (start + end - 1) / 2.
+    """
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    if values.size == 0:
+        return np.zeros(0)
+    order = np.argsort(values)
+    ordered = values[order]
+    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+    ends = np.append(starts[1:], values.size)
+    ranks = np.empty(values.size)
+    ranks[order] = np.repeat((starts + ends - 1) / 2.0, ends - starts)
+    return ranks
 
 
 def prediction_metrics(predicted: np.ndarray, measured: np.ndarray) -> dict:
