@@ -299,7 +299,12 @@ def test_every_selector_trains_and_books_its_extra_work(tmp_path, cache_dir, nam
     if name == "astral":  # its (our) predictor is measured on every step's rolled-out prompts
         assert ledger["astral_pred_mae"].between(0, 2).all()
         assert ledger["prompts_probed"].sum() > 0 and ledger["flops_select"].iloc[0] > 0  # probes + embeddings
-        assert ledger["groups_replayed"].iloc[1:].sum() > 0
+        # replays from round 1 on, at most R = floor(0.5 * 4) = 2, never an all-0 / all-1 group (selectors.md §3):
+        # every zero-variance group in the update is a fresh one (astral keeps every fresh group)
+        assert ledger["groups_replayed"].iloc[:2].sum() == 0 and (ledger["groups_replayed"] <= 2).all()
+        fresh_zero_var = read_rollouts(run_dir).groupby("step")["rewards"].apply(
+            lambda rows: sum(min(r) == max(r) for r in rows))
+        assert ledger["kept_zero_variance"].tolist() == fresh_zero_var.reindex(range(4), fill_value=0).tolist()
     if name == "hive":  # B = 4, R = 6: each round offers pool_factor x R = 12 candidates
         assert (ledger["flops_select"] > 0).all() and (ledger["prompts_considered"] % 12 == 0).all()
     if name == "greso":  # round 0 examines S = 6 candidates; later rounds continue while short
