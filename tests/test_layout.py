@@ -22,7 +22,8 @@ LAYERS = [
     ["tracking"],  # experiment trackers (their config schema is part of config)
     ["grading", "ledger", "config", "runlock"],  # the one grading function; the ledger schema; config; run-dir locks
     ["benchmarks", "selectors", "launchers"],  # plug-ins described by config: datasets, selectors, launchers
-    ["data", "step_rounds", "replay"],  # rows by benchmark name; selection rounds; counterfactual replay
+    ["data", "step_rounds", "replay", "predictor"],  # rows by benchmark name; selection rounds; replay;
+    # ASTRAL's learned head (torch: the selector's NumPy side is in selectors)
     ["tasks"],  # training prompt sets, loaded through data
     ["evaluation", "backends"],  # `eval`/`grade`; training runs
     ["sweep", "bench"],  # grids of training runs; timings

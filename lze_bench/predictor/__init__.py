@@ -8,13 +8,12 @@ lives here:
     checkpoint.py  read / write heads in the authors' released format; encoder checks
     train.py       the authors' training recipe; held-out evaluation against the kernel
     encoder.py     frozen encoder embeddings: mean of the last hidden state over the raw question
-    labels.py      pass rates measured by labelling models (the local backend's tiny checkpoints)
-    build.py       `predictor=trained` on the local backend: labelling models -> labels -> head, cached
     features.py    serve the head's arrays to the selector; the run's `offline_flops.json`
 
-Offline compute (labelling rollouts, encoder passes, head training) is not in any step's ledger row:
-`build.py` counts it and the run directory records it in `offline_flops.json`, which the report charges
-to ASTRAL in its "offline charged" rows (selectors.md §3, design.md "Equal compute").
+Labelling models and the cached build of `predictor=trained` are the local backend's
+(lze_bench/backends/local/predictor.py). Offline compute (labelling rollouts, encoder passes, head
+training) is not in any step's ledger row: the build counts it and the run directory records it in
+`offline_flops.json`, which the report charges to ASTRAL in its `(+offline)` rows (selectors.md §3).
 """
 
 from __future__ import annotations

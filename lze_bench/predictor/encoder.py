@@ -1,11 +1,11 @@
 """Frozen encoder embeddings for ASTRAL's head: mean of the last hidden state over the raw question.
 
 Source: ASTRAL-Group/data-efficient-llm-rl at 59df918, `adaptive_difficulty_prediction/save_embedding.py`
-(`AutoModel`, `output_hidden_states`, the last hidden state averaged over the attention mask; the question
-text as is, no chat template; Qwen2.5-Math-1.5B-Instruct in the paper). Ours: a causal LM's
-`hidden_states[-1]` is the same tensor as the base model's `last_hidden_state` (after the final norm);
-sequences are right-padded and masked, so padding never enters the mean. Cost: one forward per
-question, F(question tokens) (lze_bench.flops), booked by the caller as offline compute.
+(`AutoModel`, the last hidden state averaged over the attention mask; the question text as is, no chat
+template; Qwen2.5-Math-1.5B-Instruct in the paper). Ours: sequences are right-padded and masked, so
+padding never enters the mean; a question with no token embeds the pad token alone. Cost: one forward per
+question, F(question tokens) of the base model (no LM head; lze_bench.flops), booked by the caller as
+offline compute.
 """
 
 from __future__ import annotations
@@ -26,13 +26,25 @@ class Encoder:
 
     @classmethod
     def load(cls, name: str, path: str, device="cpu") -> "Encoder":
-        import torch
+        """The base model (`AutoModel`) and tokenizer of an HF directory or hub id, in eval mode."""
+        from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
-        from lze_bench.backends.local.model import load_policy
+        from lze_bench.errors import LzeBenchError
         from lze_bench.flops import FlopModel
 
-        model, tokenizer = load_policy(path, torch.device(device) if isinstance(device, str) else device)
-        return cls(name, model.eval(), tokenizer, FlopModel.from_torch_model(model))
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # a causal LM's unused LM head is expected here, not worth a warning
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(path))
+            model = AutoModel.from_pretrained(str(path)).to(device).eval()
+        except OSError as exc:
+            raise LzeBenchError(f"encoder {path}: cannot load a Hugging Face model there ({exc})") from exc
+        finally:
+            hf_logging.set_verbosity(verbosity)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        return cls(name, model, tokenizer, FlopModel.from_torch_model(model))
 
     @property
     def width(self) -> int:
@@ -42,8 +54,6 @@ class Encoder:
         """(float32[m, d] embeddings, FLOPs spent) of raw question texts."""
         import torch
 
-        from lze_bench.backends.local.model import right_padded
-
         device = next(self.model.parameters()).device
         pad = self.tokenizer.pad_token_id
         tokens = [self.tokenizer(q, add_special_tokens=False)["input_ids"] or [pad] for q in questions]
@@ -51,11 +61,14 @@ class Encoder:
         with torch.no_grad():
             for start in range(0, len(tokens), chunk):
                 seqs = tokens[start:start + chunk]
-                hidden = self.model(input_ids=right_padded(seqs, pad, device), output_hidden_states=True)
-                last = hidden.hidden_states[-1].float()
-                lengths = torch.as_tensor([len(s) for s in seqs], device=device)
-                mask = (torch.arange(last.shape[1], device=device)[None, :] < lengths[:, None]).float()
+                width = max(len(s) for s in seqs)
+                ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+                mask = torch.zeros((len(seqs), width))
+                for row, seq in enumerate(seqs):
+                    ids[row, :len(seq)] = torch.as_tensor(seq)
+                    mask[row, :len(seq)] = 1.0
+                ids, mask = ids.to(device), mask.to(device)
+                last = self.model(input_ids=ids, attention_mask=mask.long()).last_hidden_state.float()
                 out.append(((last * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)).cpu().numpy())
                 flops += self.flop_model.forward([len(s) for s in seqs])
-        width = self.width
-        return (np.concatenate(out).astype(np.float32) if out else np.zeros((0, width), np.float32)), int(flops)
+        return (np.concatenate(out).astype(np.float32) if out else np.zeros((0, self.width), np.float32)), int(flops)

@@ -1,9 +1,8 @@
 """Serve ASTRAL's learned head to the NumPy selector, and record its offline cost in the run directory.
 
-`head_features(...)` (a backend calls it once, at setup, for `selector=astral` with
-`predictor=trained|checkpoint`) loads the head (`trained`: build.ensure_head; `checkpoint`:
-`selector.predictor_path`, refused unless it was trained with `selector.predictor_encoder`), embeds every
-train prompt with the frozen encoder, projects the embeddings with the head's phi and psi once (they are
+`serve_head(...)` (a backend calls it once, at setup, for `selector=astral` with
+`predictor=trained|checkpoint`; the local backend: backends/local/predictor.py) loads the head (refused
+unless it was trained with the run's encoder), embeds every train prompt with the frozen encoder, projects the embeddings with the head's phi and psi once (they are
 fixed functions of fixed embeddings; the authors recompute them every round), and returns the backend's
 FeatureFn extended with `head_query`, `head_key`, `head_embedding` and `head_calibration`
 (selectors/astral.py).
@@ -49,38 +48,32 @@ class HeadFeatures:
         setattr(self.inner, name, value)
 
 
-def head_features(cfg, questions: list[str], inner, run_dir, device, grader) -> HeadFeatures:
-    """The FeatureFn for a learned-head ASTRAL run; writes `<run_dir>/offline_flops.json`."""
+def serve_head(path, encoder, questions: list[str], inner, run_dir, predictor: str, built: dict) -> HeadFeatures:
+    """The FeatureFn for a learned-head ASTRAL run; writes `<run_dir>/offline_flops.json`.
+
+    `path`: the head file (refused unless trained with `encoder`); `built`: the build's info (labellers,
+    FLOPs, validation) when lze-bench trained it, {} for a checkpoint trained elsewhere.
+    """
+    from pathlib import Path
+
     from lze_bench.predictor.checkpoint import load_head
-    from lze_bench.predictor.encoder import Encoder
 
-    selector = cfg.selector
-    if selector.predictor == "trained":
-        from lze_bench.predictor.build import HEAD_FILE, ensure_head, read_info
-
-        directory = ensure_head(cfg, device, grader)
-        info = read_info(directory)
-        path, encoder = directory / HEAD_FILE, Encoder.load(info["encoder"]["name"], info["encoder"]["path"], device)
-    else:
-        info = {}
-        path = selector.predictor_path
-        encoder = Encoder.load(str(selector.predictor_encoder), str(selector.predictor_encoder), device)
     head, config = load_head(path, encoder=encoder.name, embedding_dim=encoder.width)
     embedding, encoder_flops = encoder.embed(questions)
     query, key = head.project(embedding)
-    built = info.get("flops", {})
+    spent = built.get("flops", {})
     flops = {
-        "labeling": built.get("labeling"),
-        "encoder": int(built.get("encoder", 0)) + encoder_flops + 2 * len(questions) * head.projection_flops(),
-        "training": built.get("training"),
+        "labeling": spent.get("labeling"),
+        "encoder": int(spent.get("encoder", 0)) + encoder_flops + 2 * len(questions) * head.projection_flops(),
+        "training": spent.get("training"),
     }
     flops["total"] = int(sum(v for v in flops.values() if v is not None))
-    atomic_write_json(run_dir / OFFLINE_FILE, {
-        "predictor": selector.predictor, "head": str(path), "encoder": encoder.name, "flops": flops,
-        "labelers": info.get("labelers", config.get("lze_bench", {}).get("labelers")),
-        "questions_labeled": info.get("questions"), "validation": info.get("validation"),
-        "time_s": info.get("time_s"),
-        "note": ("trained here: labelling rollouts, encoder passes, head training" if info else
+    atomic_write_json(Path(run_dir) / OFFLINE_FILE, {
+        "predictor": predictor, "head": str(path), "encoder": encoder.name, "flops": flops,
+        "labelers": built.get("labelers", config.get("lze_bench", {}).get("labelers")),
+        "questions_labeled": built.get("questions"), "validation": built.get("validation"),
+        "time_s": built.get("time_s"),
+        "note": ("trained here: labelling rollouts, encoder passes, head training" if built else
                  "checkpoint trained elsewhere: its labelling and training cost is unknown (null)"),
     })
     return HeadFeatures(inner, embedding, query, key, head.calibration_arrays())

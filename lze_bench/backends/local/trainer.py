@@ -211,7 +211,7 @@ class _Session:
         features = Features(model, prompts, self.flop_model, tokenizer.pad_token_id, trainer.temperature,
                             self.run_dir, self._load_initial, cfg.backend.gen_chunk_size)
         if getattr(cfg.selector, "predictor", "kernel") != "kernel":  # ASTRAL's learned head (lze_bench/predictor)
-            from lze_bench.predictor.features import head_features
+            from lze_bench.backends.local.predictor import head_features
 
             features = head_features(cfg, [r["problem"] for r in rows], features, self.run_dir, device, self.grader)
         begun_epoch = -1

@@ -1,16 +1,21 @@
-"""`predictor=trained` on the local backend: labelling models -> labels -> encoder embeddings -> head (cached).
+"""ASTRAL's learned head on the local backend: labelling models -> labels -> embeddings -> head (cached).
 
-Order (each step's cost is counted as offline compute, `info.json` "flops"):
+`head_features(...)` is what the trainer calls for `selector=astral` with `predictor=trained|checkpoint`:
+`trained` builds (or finds) the head here, `checkpoint` takes `selector.predictor_path`; both are then
+served by lze_bench.predictor.features.serve_head. The build (`ensure_head`), in order, each step's cost
+counted as offline compute (`info.json` "flops"):
 1. labelling models: snapshots of a tiny warm start with its own init seed (`HeadRecipe.labeler_seed`,
-   never the policy's `backend.init_seed`) after `labeler_steps` supervised steps
-   (lze_bench.backends.local.warmstart; its own training is not counted here: the labellers stand in
-   for the public models the authors label with, which cost them nothing to train);
+   never the policy's `backend.init_seed`) after `labeler_steps` supervised steps (warmstart.py; its
+   own training is not counted: the labellers stand in for the public models the authors label with,
+   which cost them nothing to train);
 2. questions: the run's train pool plus `sft_questions` of the sft split (never the held-out test split);
    a seeded `ref_candidates` of them are the references, a seeded `val_fraction` of the rest is held out;
-3. labels: every labeller's pass rate on every question (labels.py)            -> flops "labeling"
+3. labels (`measure`): every labeller rolls out `samples` responses per question at the training
+   temperature, graded by the one grading function; the label is the mean reward (the authors'
+   `data_train.pkl` / `data_ref.pkl`: per model, questions and mean rewards)       -> flops "labeling"
 4. embeddings: the frozen encoder (the last labeller snapshot, named by its directory, as an HF
-   encoder is by its hub id) on every question (encoder.py)                     -> flops "encoder"
-5. the head, with the authors' recipe (train.py), saved in their format (checkpoint.py) -> flops "training"
+   encoder is by its hub id) on every question (lze_bench.predictor.encoder)        -> flops "encoder"
+5. the head, with the authors' recipe (lze_bench.predictor.train), saved in their format -> "training"
 6. held-out check: trained head vs the cosine kernel on the held-out questions (train.evaluate).
 
 The result lives in `<cache>/predictor/<key>/` (`head.pt`, `info.json`), `key` hashing everything that
@@ -43,6 +48,45 @@ def _plain(value):
     from lze_bench.backends.local.warmstart import _plain as plain
 
     return plain(value)
+
+
+def measure(model_dir, rows: list[dict], *, samples: int, max_new_tokens: int, temperature: float, top_p: float,
+            grader, device, chunk_size: int, seed: int) -> tuple[np.ndarray, int]:
+    """(pass rate float32[Q], generation FLOPs) of the model in `model_dir` on the question rows."""
+    import torch
+
+    from lze_bench.backends.local.heldout import encode_prompts
+    from lze_bench.backends.local.model import load_policy
+    from lze_bench.backends.local.rollout import generate
+    from lze_bench.flops import FlopModel
+
+    model, tokenizer = load_policy(model_dir, device)
+    prompts = encode_prompts(tokenizer, [r["problem"] for r in rows])
+    flat = np.repeat(np.arange(len(rows)), samples)
+    generator = torch.Generator(device=device)
+    generator.manual_seed(int(np.random.default_rng([seed, 31]).integers(2**62)))
+    gen = generate(model, tokenizer, [prompts[i] for i in flat], max_new_tokens=max_new_tokens,
+                   temperature=temperature, top_p=top_p, generator=generator, chunk_size=chunk_size)
+    grades = grader.grade(gen.texts, [rows[i]["answer"] for i in flat])
+    correct = np.array([1.0 if g.correct else 0.0 for g in grades], dtype=np.float32).reshape(len(rows), samples)
+    flops = FlopModel.from_torch_model(model).generation(gen.prompt_tokens, gen.response_tokens)
+    return correct.mean(axis=1), int(flops)
+
+
+def head_features(cfg, questions: list[str], inner, run_dir, device, grader):
+    """The FeatureFn of a learned-head ASTRAL run (lze_bench.predictor.features.HeadFeatures); writes the run's
+    `offline_flops.json`."""
+    from lze_bench.predictor.encoder import Encoder
+    from lze_bench.predictor.features import serve_head
+
+    selector = cfg.selector
+    if selector.predictor == "trained":
+        directory = ensure_head(cfg, device, grader)
+        info = read_info(directory)
+        encoder = Encoder.load(info["encoder"]["name"], info["encoder"]["path"], device)
+        return serve_head(directory / HEAD_FILE, encoder, questions, inner, run_dir, "trained", info)
+    encoder = Encoder.load(str(selector.predictor_encoder), str(selector.predictor_encoder), device)
+    return serve_head(selector.predictor_path, encoder, questions, inner, run_dir, "checkpoint", {})
 
 
 def head_key(recipe, labeler_key: str, task_cfg, trainer_cfg) -> str:
@@ -102,7 +146,6 @@ def ensure_head(cfg, device, grader) -> Path:
 def _build(cfg, dirs: list[Path], labeler_key: str, device, grader, out: Path) -> dict:
     from lze_bench.predictor.checkpoint import save_head
     from lze_bench.predictor.encoder import Encoder
-    from lze_bench.predictor.labels import measure
     from lze_bench.predictor.train import LabelSet, TrainRecipe, evaluate, train_head
     from lze_bench.tasks.synthetic import load_split
 
