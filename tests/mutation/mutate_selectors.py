@@ -224,6 +224,7 @@ def preload() -> None:
     import pyarrow.parquet  # noqa: F401
     import pytest  # noqa: F401
     import rich.console  # noqa: F401
+    import torch  # noqa: F401  (tests/test_predictor.py: ASTRAL's head)
     import typer  # noqa: F401
     from hydra import compose  # noqa: F401
 
