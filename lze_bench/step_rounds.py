@@ -163,6 +163,9 @@ def run_selection(selector, order, *, seed: int, step: int, batch_size: int, can
                   begun_epoch: int = -1) -> tuple[Selection, int]:
     """One step's selector calls; returns (the decisions, the epoch begun: pass it back next step)."""
     chunk = int(selector.round_chunk())
+    if chunk > order.num_prompts:
+        raise LzeBenchError(f"selector.chunk={chunk}: more than the task's {order.num_prompts} train prompts; "
+                            "lower it (the authors' 32 is for S = 384)")
     first_count = chunk or int(candidates_per_step or selector.candidates_per_step(int(batch_size)))
     selection = Selection(step=int(step), epoch=order.epoch)
     clock = _Clock(selection)

@@ -210,3 +210,14 @@ def test_astral_update_never_replays_an_all_correct_or_all_wrong_group():
         replayed += [g.rewards.tolist() for g in record.replayed]
     assert len(replayed) >= 10  # rounds 1.. replay floor(0.5 * 4) = 2 groups a step when the pool has them
     assert all(0 < np.mean(r) < 1 for r in replayed)
+
+
+def test_a_chunk_larger_than_the_task_is_refused_in_one_line():
+    from lze_bench.errors import LzeBenchError
+
+    selector = build_selector(SELECTORS["greso"].Config(chunk=32), num_prompts=20, batch_size=4)
+    driver = StepDriver(selector, DataOrder(20, seed=0), seed=0, batch_size=4, candidates_per_step=None,
+                        max_rounds=4, group_size=N)
+    with pytest.raises(LzeBenchError, match="selector.chunk=32: more than the task's 20 train prompts"):
+        driver.run_step(rollout_of(mixed))
+
