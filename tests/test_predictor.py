@@ -92,18 +92,18 @@ def test_numpy_head_predict_equals_the_torch_head_then_the_linear_recalibration(
     """The selector's NumPy side (astral_predict.head_predict) = the torch head + teacher_utils' LinearRegression
     fit on the reference prompts' own predictions."""
     head = random_head()
-    rng = np.random.default_rng(0)
-    emb = rng.standard_normal((40, 12)).astype(np.float32)
     ref = np.array([3, 7, 11, 19, 23, 31])
     y_ref = np.array([0.0, 0.25, 0.5, 0.5, 0.875, 1.0])
-    with torch.no_grad():
-        p = head(torch.as_tensor(emb), torch.as_tensor(emb[ref]), torch.as_tensor(y_ref, dtype=torch.float32))
-    p = p.double().numpy()
-    slope, intercept = np.polyfit(p[ref], y_ref, 1)
-    query, key = head.project(emb)
-    raw, p_hat = head_predict(query, key[ref], y_ref, head.calibration_arrays(), query[ref])
-    np.testing.assert_allclose(raw, p, atol=2e-6)
-    np.testing.assert_allclose(p_hat, slope * p + intercept, atol=2e-5)
+    for seed in (0, 1):  # two different pools, one after the other: every row is computed each time
+        emb = np.random.default_rng(seed).standard_normal((40, 12)).astype(np.float32)
+        with torch.no_grad():
+            p = head(torch.as_tensor(emb), torch.as_tensor(emb[ref]), torch.as_tensor(y_ref, dtype=torch.float32))
+        p = p.double().numpy()
+        slope, intercept = np.polyfit(p[ref], y_ref, 1)
+        query, key = head.project(emb)
+        raw, p_hat = head_predict(query, key[ref], y_ref, head.calibration_arrays(), query[ref])
+        np.testing.assert_allclose(raw, p, atol=2e-6)
+        np.testing.assert_allclose(p_hat, slope * p + intercept, atol=2e-5)
 
 
 def test_lr_schedule_is_linear_warmup_then_linear_decay():
