@@ -55,6 +55,10 @@ SELECTOR_ORDER = ("uniform", "dapo", "astral", "hive", "greso", "lze")
 
 
 def display_order(labels) -> list[str]:
-    """Built-in selectors in SELECTOR_ORDER, then any other label sorted."""
+    """Built-in selectors in SELECTOR_ORDER, then any other label sorted; a variant row `NAME (...)` (the
+    report's `astral (+offline)`) right after NAME."""
     labels = set(labels)
-    return [s for s in SELECTOR_ORDER if s in labels] + sorted(labels - set(SELECTOR_ORDER))
+    variants = {label for label in labels if " (" in label and label.split(" (")[0] in labels}
+    bases = labels - variants
+    ordered = [s for s in SELECTOR_ORDER if s in bases] + sorted(bases - set(SELECTOR_ORDER))
+    return [name for base in ordered for name in [base, *sorted(v for v in variants if v.split(" (")[0] == base)]]

@@ -72,7 +72,7 @@ def serve_head(path, encoder, questions: list[str], inner, run_dir, predictor: s
         "predictor": predictor, "head": str(path), "encoder": encoder.name, "flops": flops,
         "labelers": built.get("labelers", config.get("lze_bench", {}).get("labelers")),
         "questions_labeled": built.get("questions"), "validation": built.get("validation"),
-        "time_s": built.get("time_s"),
+        "time_s": built.get("time_s"), "labeler_warmstart": built.get("labeler_warmstart"),
         "note": ("trained here: labelling rollouts, encoder passes, head training" if built else
                  "checkpoint trained elsewhere: its labelling and training cost is unknown (null)"),
     })

@@ -86,5 +86,6 @@ def offline_summary(runs) -> pd.DataFrame | None:
                      "encoder": record.get("encoder"), "labeling": flops.get("labeling"),
                      "encoder_flops": flops.get("encoder"), "training": flops.get("training"),
                      "total": flops.get("total"), "validation": record.get("validation") or {},
-                     "time_s": record.get("time_s") or {}})
+                     "time_s": record.get("time_s") or {},
+                     "labeler_warmstart_s": (record.get("labeler_warmstart") or {}).get("time_s")})
     return pd.DataFrame(rows) if rows else None

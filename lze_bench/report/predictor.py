@@ -85,11 +85,20 @@ def _offline_lines(offline: pd.DataFrame | None, budget: float | None) -> list[s
         share = f" = {float(first['total']) / budget:.2f} × the FLOP budget" if budget else ""
         times = first["time_s"] or {}
         build = sum(float(v) for v in times.values()) if times else float("nan")
+        labelers = first.get("labeler_warmstart_s")
+        built = ""
+        if math.isfinite(build):
+            built = (f"; built once in {build:.0f} s (labelling {float(times.get('labeling', 0)):.0f} s, head "
+                     f"training {float(times.get('training', 0)):.0f} s)")
+            if labelers is not None and math.isfinite(float(labelers)):
+                built += (f" after the labelling models' own warm start ({float(labelers):.0f} s; not charged: they "
+                          "stand in for the public models the authors label with)")
+            built += ", shared by every run of the sweep"
+        encoder = str(first["encoder"])
+        encoder = encoder[encoder.index("warmstart/"):] if "/warmstart/" in encoder else encoder  # not the cache path
         lines.append(f"Offline cost of {label}'s predictor ({NAMES.get(first['predictor'], first['predictor'])}, "
-                     f"encoder `{first['encoder']}`): {', '.join(parts)}; total {sci(float(first['total']))} FLOPs"
-                     f"{share}, per run (seed mean {sci(float(group['total'].mean()))})"
-                     + (f"; built once in {build:.0f} s and shared by every run of the sweep." if math.isfinite(build)
-                        else "."))
+                     f"encoder `{encoder}`): {', '.join(parts)}; total {sci(float(first['total']))} FLOPs"
+                     f"{share}, per run (seed mean {sci(float(group['total'].mean()))}){built}.")
     return lines
 
 

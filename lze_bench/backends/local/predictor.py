@@ -123,7 +123,7 @@ def ensure_head(cfg, device, grader) -> Path:
 
     from lze_bench.backends.local.warmstart import cache_root
 
-    dirs, labeler_key = labeler_dirs(cfg, device, grader)
+    dirs, labeler_key = labeler_dirs(cfg, device, grader)  # the labellers' warm start: built first if missing
     key = head_key(cfg.backend.predictor, labeler_key, cfg.task, cfg.trainer)
     root = cache_root(cfg.backend) / "predictor"
     target = root / key
@@ -186,7 +186,15 @@ def _build(cfg, dirs: list[Path], labeler_key: str, device, grader, out: Path) -
         "label_means": [float(r.mean()) for r in rates],
         "time_s": {k: round(v, 2) for k, v in times.items()}, "validation": validation,
         "losses": result["losses"], "recipe": _plain(recipe),
+        "labeler_warmstart": {k: v for k, v in read_warmstart(dirs[-1].parent.parent).items()
+                              if k in ("key", "steps", "time_s", "flops", "heldout_accuracy")},
     }
+
+
+def read_warmstart(directory: Path) -> dict:
+    from lze_bench.backends.local.warmstart import read_info as read
+
+    return read(directory)
 
 
 def read_info(directory: Path) -> dict:
