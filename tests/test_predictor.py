@@ -106,6 +106,53 @@ def test_numpy_head_predict_equals_the_torch_head_then_the_linear_recalibration(
         np.testing.assert_allclose(p_hat, slope * p + intercept, atol=2e-5)
 
 
+def torch_head_reference(head, emb, ref, y_ref, std=None) -> np.ndarray:
+    """The torch head's prediction; `std` replaces the references' unbiased std (one reference: ours is 0)."""
+    q, r = torch.as_tensor(emb), torch.as_tensor(emb[ref])
+    y = torch.as_tensor(np.asarray(y_ref, dtype=np.float32))[None, :].expand(len(emb), -1)
+    with torch.no_grad():
+        if std is None:
+            return head(q, r, y).double().numpy()
+        base = head.regressor.sim_head(q, r, y)
+        stats = torch.stack([y.mean(dim=-1), torch.full((len(emb),), float(std))], dim=-1)
+        temp_bias = head.regressor.mlp(stats)
+        temperature = torch.nn.functional.softplus(temp_bias[:, 0]).clamp(1e-2, 10.0)
+        out = torch.sigmoid(torch.logit(base.clamp(1e-4, 1 - 1e-4)) / temperature + torch.tanh(temp_bias[:, 1]))
+        return out.double().numpy()
+
+
+@pytest.mark.parametrize("bias", [-40.0, 0.0, 40.0])  # softplus(out_0) far below 0.01, ordinary, far above 10
+@pytest.mark.parametrize("refs", [[3], [3, 7], [3, 7, 11, 19]])
+def test_calibration_clamps_and_small_reference_sets_match_the_torch_head(bias, refs):
+    from lze_bench.selectors.astral_predict import calibrate, softmax_base
+
+    head = random_head(seed=2)
+    with torch.no_grad():
+        head.regressor.mlp[2].bias[0] = bias
+    emb = np.random.default_rng(5).standard_normal((20, 12)).astype(np.float32)
+    ref = np.array(refs)
+    y_ref = np.array([0.25, 0.75, 0.5, 1.0])[:ref.size]
+    query, key = head.project(emb)
+    keys = key[ref].T / np.float32(np.sqrt(key.shape[1]))
+    got = calibrate(softmax_base(query, keys, y_ref), y_ref, head.calibration_arrays())
+    expected = torch_head_reference(head, emb, ref, y_ref, std=0.0 if ref.size == 1 else None)
+    np.testing.assert_allclose(got, expected, atol=2e-6)
+
+
+def test_head_softmax_is_stable_at_large_scores():
+    """Scores of several thousand (a head with large output norms): the max is subtracted before exp."""
+    head = random_head(seed=3)
+    with torch.no_grad():
+        for proj in (head.regressor.sim_head.query_proj, head.regressor.sim_head.ref_proj):
+            proj[-1].weight.mul_(40.0)
+    emb = np.random.default_rng(6).standard_normal((20, 12)).astype(np.float32)
+    ref, y_ref = np.array([1, 4, 9]), np.array([0.0, 0.5, 1.0])
+    query, key = head.project(emb)
+    raw, _ = head_predict(query, key[ref], y_ref, head.calibration_arrays(), query[ref])
+    assert np.isfinite(raw).all()
+    np.testing.assert_allclose(raw, torch_head_reference(head, emb, ref, y_ref), atol=2e-6)
+
+
 def test_lr_schedule_is_linear_warmup_then_linear_decay():
     assert [lr_factor(s, 2, 10) for s in (0, 1, 2, 6, 10, 11)] == [0.0, 0.5, 1.0, 0.5, 0.0, 0.0]
 
