@@ -122,8 +122,9 @@ def torch_head_reference(head, emb, ref, y_ref, std=None) -> np.ndarray:
 
 
 @pytest.mark.parametrize("bias", [-40.0, 0.0, 40.0])  # softplus(out_0) far below 0.01, ordinary, far above 10
-@pytest.mark.parametrize("refs", [[3], [3, 7], [3, 7, 11, 19]])
-def test_calibration_clamps_and_small_reference_sets_match_the_torch_head(bias, refs):
+@pytest.mark.parametrize("refs,labels", [([3], None), ([3, 7], None), ([3, 7, 11, 19], None),
+                                         ([3, 7, 11, 19], 0.0), ([3, 7, 11, 19], 1.0)])  # base 0 or 1: clipped
+def test_calibration_clamps_and_small_reference_sets_match_the_torch_head(bias, refs, labels):
     from lze_bench.selectors.astral_predict import calibrate, softmax_base
 
     head = random_head(seed=2)
@@ -131,7 +132,7 @@ def test_calibration_clamps_and_small_reference_sets_match_the_torch_head(bias, 
         head.regressor.mlp[2].bias[0] = bias
     emb = np.random.default_rng(5).standard_normal((20, 12)).astype(np.float32)
     ref = np.array(refs)
-    y_ref = np.array([0.25, 0.75, 0.5, 1.0])[:ref.size]
+    y_ref = np.array([0.25, 0.75, 0.5, 1.0])[:ref.size] if labels is None else np.full(ref.size, labels)
     query, key = head.project(emb)
     keys = key[ref].T / np.float32(np.sqrt(key.shape[1]))
     got = calibrate(softmax_base(query, keys, y_ref), y_ref, head.calibration_arrays())

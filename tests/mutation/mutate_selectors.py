@@ -92,6 +92,20 @@ EQUIVALENT = {
     ("astral.py", "if pid.size > cap:", "> -> >="): "pid.size == cap >= 0 gives cut = 0: nothing removed",
     ("astral.py", "if int(step) // self.config.mu >= 1:", "// -> /"):
         "integers step >= 0, mu >= 1: step / mu >= 1 <=> step >= mu <=> step // mu >= 1",
+    ("astral.py", "self.buf_split = 0", "0 -> 1"):
+        "the initial buffer is empty: any split gives the same empty pool",
+    ("astral.py", "if self.budget >= 0:", ">= -> >"):
+        "with budget 0, cap' = buffer_size - 0 >= 0: there is nothing to refuse at construction",
+    ("astral.py", "if self.budget >= 0:", "0 -> 1"):
+        "with budget 0, cap' = buffer_size - 0 >= 0: there is nothing to refuse at construction",
+    ("astral.py", 'features("head_calibration", self.ref_ids[:0]),', "0 -> 1"):
+        "the calibration weights are one array for every prompt: the feature ignores the ids",
+    ("astral.py", "if split < 0:", "< -> <="):
+        "split 0: the buffer is one appended batch (distinct prompts), which both paths deduplicate and filter alike",
+    ("astral.py", "if split < 0:", "0 -> 1"):
+        "split 0: the buffer is one appended batch (distinct prompts), which both paths deduplicate and filter alike",
+    ("astral_predict.py", "w1, b1, w2, b2 = weights[:20].reshape(10, 2), weights[20:30], weights[30:50].reshape(2, 10), "
+     "weights[50:52]", "52 -> 53"): "the packed array has 52 entries: slicing to 53 gives the same two",
     ("astral_predict.py", "CHUNK_ROWS = 8192  # rows of similarities held at once: 8192 x ref_size float32",
      "8192 -> 8193"): "chunk size of a row-wise loop: every chunk computes the same rows (test: rows beyond one chunk)",
     ("astral_predict.py", "return vectors / np.where(norms > 0, norms, 1.0)  # a zero embedding stays zero (similarity 0)",
