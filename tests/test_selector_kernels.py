@@ -298,3 +298,24 @@ def test_average_ranks_equal_the_unique_based_mean_ranks(size):
         _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
         ends = np.cumsum(counts)
         assert np.array_equal(average_ranks(values), ((ends - counts + ends - 1) / 2.0)[inverse])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_hive_stage_two_equals_the_float64_median_rule(dtype):
+    """Stage 2 (selectors.md §4): keep V >= median(V) over the shortlist, computed in float64, top `budget` by V
+    (ties by candidate order); float32 entropies are compared without a float32 rounding of the median."""
+    from lze_bench.selectors.hive import HiveConfig, HiveSelector
+
+    rng = np.random.default_rng(21)
+    for size, budget in ((1001, 600), (1000, 400), (1000, 501)):
+        values = (rng.integers(0, 50, size) / 7).astype(dtype)  # ties; medians between two float32 values
+        sel = HiveSelector(HiveConfig(), num_prompts=size, batch_size=4)  # unseen: every candidate shortlisted
+        ids = sel.select_rollout(np.arange(size), budget, 0, np.random.default_rng(0), lambda name, x: values[x])
+        v64 = values.astype(np.float64)
+        passed = v64 >= np.median(v64)
+        if passed.sum() > budget:
+            key = np.where(passed, v64, -np.inf)
+            order = np.lexsort((np.arange(size), -key))[:budget]
+            passed = np.zeros(size, bool)
+            passed[order] = True
+        assert ids.tolist() == np.flatnonzero(passed).tolist()

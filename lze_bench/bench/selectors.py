@@ -55,9 +55,15 @@ class Pool:
         self.entropy = rng.random(size).astype(np.float32)
         self.embedding = rng.standard_normal((size, embed_dim), dtype=np.float32)
         self.order = rng.permutation(size).astype(np.int64)
+        self.spent = (0.0, 0.0)  # (cpu, wall) seconds inside `features` since the last reset
 
     def features(self, name, ids):
-        return {"prompt_entropy": self.entropy, "prompt_embedding": self.embedding}[name][ids]
+        """The backend's FeatureFn: a gather from precomputed arrays; its own time is kept apart (`spent`)."""
+        start = _clock()
+        out = {"prompt_entropy": self.entropy, "prompt_embedding": self.embedding}[name][ids]
+        end = _clock()
+        self.spent = (self.spent[0] + end[0] - start[0], self.spent[1] + end[1] - start[1])
+        return out
 
     def rewards(self, ids: np.ndarray, step: int) -> np.ndarray:
         draws = np.random.default_rng([self.seed, step, 99]).random((ids.size, self.samples), dtype=np.float32)
@@ -90,9 +96,11 @@ def one_step(sel, pool: Pool, step: int) -> tuple[np.ndarray, np.ndarray, int]:
     if hasattr(sel, "begin_update"):
         sel.begin_update()
     rng0, rng1 = step_rng(pool.seed, step, 0), step_rng(pool.seed, step, 1)
+    pool.spent = (0.0, 0.0)
     t0 = _clock()
     ids = sel.select_rollout(pool.order, budget_for(sel.name, pool.size), step, rng0, pool.features)
     t1 = _clock()
+    t0 = (t0[0] + pool.spent[0], t0[1] + pool.spent[1])  # the feature gathers are backend work: not timed
     batch = RolloutBatch(prompt_ids=ids, rewards=pool.rewards(ids, step), step=step)  # not timed: backend work
     t2 = _clock()
     sel.observe(batch)

@@ -45,7 +45,7 @@ from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import SELECTORS
 from lze_bench.selectors.base import Selector, UpdateDecision
-from lze_bench.selectors.greso_state import SkipHistory, check_history_config, group_classes, round_estimate
+from lze_bench.selectors.greso_state import SkipHistory, check_history_config, round_estimate
 
 
 @dataclass
@@ -128,12 +128,12 @@ class GresoSelector(Selector):
 
     # --- backward ------------------------------------------------------------
     def observe(self, batch):
-        solved, failed, _ = group_classes(batch.rewards, self.name)
+        solved, failed, _, _ = self.history.classes(batch.rewards, self.name)
         self.history.observe(batch.prompt_ids, solved, failed)
 
     def select_update(self, batch, step, rng):
         hist, target = self.history, self.train_batch_size
-        _, _, informative = group_classes(batch.rewards, self.name)
+        _, _, informative, _ = self.history.classes(batch.rewards, self.name)
         keep = hist.keep_informative(informative, target)
         groups = batch.num_groups
         zero = groups - int(np.count_nonzero(informative))

@@ -17,7 +17,7 @@ import numpy as np
 from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
 from lze_bench.selectors.dapo import cap_rounds, keep_first_informative
-from lze_bench.selectors.stats import binary_ones
+from lze_bench.selectors.stats import binary_ones, pass_rates
 
 PER_PROMPT = ("easy_run", "hard_run", "n_obs")
 SCALARS = ("p_easy", "p_hard", "epoch")
@@ -111,6 +111,25 @@ class SkipHistory:
     def hard_run(self) -> np.ndarray:
         """int32[N]: consecutive most recent all-failed rollouts (a copy; 0 unseen)."""
         return np.maximum(-self.run, 0)
+
+    def classes(self, rewards: np.ndarray, who: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(solved, failed, informative, pass rate float64[G]) of a batch, computed once per batch.
+
+        A round's `observe` and `select_update` read the same rewards array: the second call gets the
+        first one's result (keyed by the array object itself; any other array is computed afresh).
+        """
+        cached = getattr(self, "_classes", None)
+        if cached is not None and cached[0] is rewards:
+            return cached[1]
+        rewards = np.asarray(rewards, dtype=np.float32)
+        ones = binary_ones(rewards) if rewards.shape[1] >= 2 else None  # one popcount pass serves all four
+        if ones is not None:
+            n = rewards.shape[1]
+            result = (ones == n, ones == 0, np.less(ones - ones.dtype.type(1), n - 1), np.divide(ones, n, dtype=np.float64))
+        else:
+            result = (*group_classes(rewards, who), pass_rates(rewards))
+        self._classes = (rewards, result)
+        return result
 
     def reset_step(self) -> None:
         self.kept_so_far, self.gen_rounds, self.last_round = 0, 0, False

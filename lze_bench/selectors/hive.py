@@ -38,9 +38,8 @@ from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import SELECTORS
 from lze_bench.selectors.base import Selector, UpdateDecision, top_k_mask
-from lze_bench.selectors.stats import pass_rates
 from lze_bench.selectors.topk import median
-from lze_bench.selectors.greso_state import SkipHistory, check_history_config, group_classes
+from lze_bench.selectors.greso_state import SkipHistory, check_history_config
 
 
 @dataclass
@@ -180,24 +179,24 @@ class HiveSelector(Selector):
             return shortlist[:0]
         entropy = features("prompt_entropy", shortlist)
         if entropy is None:  # a replayed log without prompt entropy (spec §8): the edge term stands in
-            raw = value = np.nan_to_num(self.edge(shortlist), nan=np.inf)
+            value = np.nan_to_num(self.edge(shortlist), nan=np.inf)
         else:
-            raw = np.asarray(entropy).reshape(-1)
-            value = np.asarray(raw, dtype=np.float64)
+            value = np.asarray(entropy).reshape(-1)
+            if value.dtype != np.float32:  # float32 stays: its values compare exactly against a float64 median
+                value = value.astype(np.float64)
             if value.size != shortlist.size or not np.all(np.isfinite(value)):
                 raise LzeBenchError(
                     f"hive: prompt_entropy must be {shortlist.size} finite numbers, got shape {value.shape}")
-        # the median of the float64 values; float32 entropies are partitioned as float32 (the same two values)
-        passed = value >= median(raw if raw.dtype == np.float32 else value)
+        # V >= the float64 median of the values (np.float64 on the right: float32 V is compared in float64)
+        passed = np.greater_equal(value, np.float64(median(value)))
         if np.count_nonzero(passed) > budget:
-            passed = top_k_mask(np.where(passed, value, -np.inf), budget)
+            passed = top_k_mask(np.where(passed, value.astype(np.float64), -np.inf), budget)
         return shortlist[passed]
 
     # --- backward ------------------------------------------------------------
     def observe(self, batch):
         ids = batch.prompt_ids
-        solved, failed, _ = group_classes(batch.rewards, self.name)
-        rates = pass_rates(batch.rewards)
+        solved, failed, _, rates = self.history.classes(batch.rewards, self.name)
 
         def update(records):  # p_hist goes back with the runs: one gather and one scatter per prompt
             records["p_hist"] = self._ema(records["p_hist"], rates)
@@ -224,7 +223,7 @@ class HiveSelector(Selector):
 
     def select_update(self, batch, step, rng):
         hist, target = self.history, self.train_batch_size
-        _, _, informative = group_classes(batch.rewards, self.name)
+        _, _, informative, _ = self.history.classes(batch.rewards, self.name)
         keep = hist.keep_informative(informative, target)
         more = 0 if hist.kept_so_far >= target else self.rollout_batch_size
         more, partial = hist.exhausted(more, self.name, target)
