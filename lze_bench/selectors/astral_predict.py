@@ -81,7 +81,8 @@ def calibrate(base: np.ndarray, y_ref: np.ndarray, calibration: np.ndarray) -> n
     temperature = float(np.clip(np.logaddexp(0.0, out[0]), 1e-2, 10.0))
     clipped = np.clip(np.asarray(base, dtype=np.float64), 1e-4, 1 - 1e-4)
     logits = np.log(clipped) - np.log1p(-clipped)
-    return 1.0 / (1.0 + np.exp(-(logits / temperature + np.tanh(out[1]))))
+    with np.errstate(over="ignore"):  # exp overflows to inf far below the threshold: the sigmoid is then 0, as it is
+        return 1.0 / (1.0 + np.exp(-(logits / temperature + np.tanh(out[1]))))
 
 
 def head_predict(query: np.ndarray, key_ref: np.ndarray, y_ref: np.ndarray, calibration: np.ndarray,
