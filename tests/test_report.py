@@ -277,6 +277,8 @@ def test_learned_head_is_shown_beside_the_kernel_and_its_offline_cost_charged(tm
     assert "| astral | kernel (cosine, untrained) — beside it, not used | 1 | 4 | 0.300 | 0.100 | 0.200 | 0.300 | 0.300 | 0.250 | 0.200 | 0.100 |" in text
     assert "labelling rollouts 2.00e2, encoder passes 4.00e1, head training 6.00e1; total 3.00e2 FLOPs = 0.38 × the FLOP budget" in text
     assert "| held-out | astral (+offline) | 55.0 | +5.0 |" in (out / "table1.md").read_text()
+    assert ("ASTRAL's predictor: astral ran predictor=trained (trained head (lze-bench)); astral also appears as "
+            "`(+offline)` rows") in text
     assert pd.read_csv(out / "offline.csv")["total"].tolist() == [300]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from lze_bench.report.predictor import predictor_section
+from lze_bench.report.predictor import predictor_note, predictor_section
 from lze_bench.report.formats import sci
 from lze_bench.report.paired import heldout_standard_error
 from lze_bench.report.tables import BASELINE
@@ -119,6 +119,7 @@ def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: li
         "",
         _capped(report),
         "",
+        *([note, ""] if (note := predictor_note(report.get("predictor"), report.get("offline"))) else []),
         f"## Table 2: compute to reach {fraction:g} of uniform's gain",
         "",
         texts["table2"],

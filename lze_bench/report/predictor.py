@@ -127,3 +127,18 @@ def predictor_section(frame: pd.DataFrame | None, offline: pd.DataFrame | None =
                                   "`(+offline)` charge this cost too (paired with uniform the same way; their "
                                   "curve is the run's own shifted by its offline FLOPs).", ""]
     return lines
+
+
+def predictor_note(frame: pd.DataFrame | None, offline: pd.DataFrame | None) -> str:
+    """One line for the tables' text: which predictor each astral label ran, and where its offline cost is."""
+    if frame is None:
+        return ""
+    ran = frame[frame["ran"]].groupby("label", sort=False)["predictor"].agg(lambda p: sorted(set(p)))
+    parts = [f"{label} ran predictor={'/'.join(names)} ({', '.join(NAMES.get(n, n) for n in names)})"
+             for label, names in ran.items()]
+    charged = sorted(set(offline["label"])) if offline is not None and len(offline) else []
+    verb = "appears" if len(charged) == 1 else "appear"
+    tail = (f"; {', '.join(charged)} also {verb} as `(+offline)` rows, charged with the predictor's offline FLOPs "
+            "(see the predictor section)") if charged else ""
+    return "ASTRAL's predictor: " + "; ".join(parts) + tail + "."
+
