@@ -178,6 +178,21 @@ def test_prediction_accuracy_spearman_with_ties():
     assert mae == pytest.approx((0.2 + 0.1 + 0.4) / 3)  # the NaN prediction is left out
     assert rho == pytest.approx(np.corrcoef([0, 1, 2], [0, 1.5, 1.5])[0, 1])
     assert prediction_accuracy(np.array([0.5]), np.array([1.0])) == (0.5, pytest.approx(np.nan, nan_ok=True))
+    assert average_ranks(np.zeros(0)).shape == (0,)
+
+
+def test_prediction_metrics_pearson_is_the_correlation_of_the_finite_predictions():
+    from lze_bench.selectors.astral_predict import prediction_metrics
+
+    predicted = np.array([0.2, np.nan, 0.4, 0.9, 0.45, 0.1])
+    measured = np.array([0.0, 1.0, 0.5, 0.5, 0.75, 0.25])
+    known = np.isfinite(predicted)
+    metrics = prediction_metrics(predicted, measured)
+    assert metrics["pearson"] == pytest.approx(np.corrcoef(predicted[known], measured[known])[0, 1])
+    assert metrics["mae"] == pytest.approx(np.abs(predicted[known] - measured[known]).mean())
+    assert prediction_metrics(np.array([0.1, 0.3]), np.array([0.9, 0.2]))["pearson"] == pytest.approx(-1.0)  # 2 points
+    for one_sided in (([0.5], [1.0]), ([0.3, 0.3, 0.3], [0.1, 0.2, 0.3]), ([np.nan, 0.2], [0.5, 0.5])):
+        assert np.isnan(prediction_metrics(*map(np.array, one_sided))["pearson"])  # 1 point, or a constant side
 
 
 H1_P_HIST = [0.5, 0.9, 1.0, np.nan, 0.3, 0.0, 0.6, 0.2]
