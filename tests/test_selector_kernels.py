@@ -319,3 +319,25 @@ def test_hive_stage_two_equals_the_float64_median_rule(dtype):
             passed = np.zeros(size, bool)
             passed[order] = True
         assert ids.tolist() == np.flatnonzero(passed).tolist()
+
+
+@pytest.mark.parametrize("runs", [[2, 3, 5], [-1, -3, -2], [4]])  # no candidate at run 0: the table starts off 0
+def test_greso_keep_probability_without_a_zero_run(runs):
+    history = greso_state(10, 0)
+    history.run[:len(runs)] = runs
+    ids = np.arange(len(runs))
+    run = np.asarray(runs)
+    expected = np.where(run > 0, np.maximum(history.p_easy ** np.abs(run).astype(np.float64), 0.01),
+                        np.maximum(history.p_hard ** np.abs(run).astype(np.float64), 0.01))
+    assert np.array_equal(history.keep_probability(ids), expected)
+
+
+@pytest.mark.parametrize("name", ["greso", "hive"])
+def test_single_response_groups_are_refused(name):
+    from lze_bench.errors import LzeBenchError
+    from lze_bench.registry import SELECTORS
+    from lze_bench.selectors import RolloutBatch
+
+    sel = SELECTORS[name](SELECTORS[name].Config(), num_prompts=10, batch_size=4)
+    with pytest.raises(LzeBenchError, match="n >= 2"):
+        sel.observe(RolloutBatch(prompt_ids=[0, 1], rewards=[[1.0], [0.0]], step=0))

@@ -106,6 +106,12 @@ EQUIVALENT = {
         "split 0: the buffer is one appended batch (distinct prompts), which both paths deduplicate and filter alike",
     ("astral_predict.py", "w1, b1, w2, b2 = weights[:20].reshape(10, 2), weights[20:30], weights[30:50].reshape(2, 10), "
      "weights[50:52]", "52 -> 53"): "the packed array has 52 entries: slicing to 53 gives the same two",
+    ("greso_state.py", "if cached is not None and cached[0] is rewards:", "0 -> 1"):
+        "a cache of a pure function: never hitting it computes the same classes and rates again",
+    ("greso_state.py", "ones = binary_ones(rewards) if rewards.shape[1] >= 2 else None  # one popcount pass serves all four",
+     ">= -> >"): "n = 2 then takes the general path, which gives the same classes and rates (kernel tests)",
+    ("greso_state.py", "ones = binary_ones(rewards) if rewards.shape[1] >= 2 else None  # one popcount pass serves all four",
+     "2 -> 3"): "n = 2 then takes the general path, which gives the same classes and rates (kernel tests)",
     ("astral_predict.py", "CHUNK_ROWS = 8192  # rows of similarities held at once: 8192 x ref_size float32",
      "8192 -> 8193"): "chunk size of a row-wise loop: every chunk computes the same rows (test: rows beyond one chunk)",
     ("astral_predict.py", "return vectors / np.where(norms > 0, norms, 1.0)  # a zero embedding stays zero (similarity 0)",
