@@ -341,3 +341,15 @@ def test_single_response_groups_are_refused(name):
     sel = SELECTORS[name](SELECTORS[name].Config(), num_prompts=10, batch_size=4)
     with pytest.raises(LzeBenchError, match="n >= 2"):
         sel.observe(RolloutBatch(prompt_ids=[0, 1], rewards=[[1.0], [0.0]], step=0))
+
+
+@pytest.mark.parametrize("name", ["greso", "hive"])
+def test_a_state_with_both_runs_on_one_prompt_is_refused(name):
+    from lze_bench.errors import LzeBenchError
+    from lze_bench.registry import SELECTORS
+
+    sel = SELECTORS[name](SELECTORS[name].Config(), num_prompts=10, batch_size=4)
+    state = sel.state_dict()
+    state["easy_run"][3], state["hard_run"][3] = 1, 1
+    with pytest.raises(LzeBenchError, match="both an easy and a hard run"):
+        sel.load_state_dict(state)

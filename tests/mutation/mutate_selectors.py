@@ -112,6 +112,8 @@ EQUIVALENT = {
      ">= -> >"): "n = 2 then takes the general path, which gives the same classes and rates (kernel tests)",
     ("greso_state.py", "ones = binary_ones(rewards) if rewards.shape[1] >= 2 else None  # one popcount pass serves all four",
      "2 -> 3"): "n = 2 then takes the general path, which gives the same classes and rates (kernel tests)",
+    ("greso_state.py", "arrays[key] = value.astype(np.int32, copy=True)", "True -> False"):
+        "the loaded arrays are copied into the record array; no view of the caller's state is kept",
     ("astral_predict.py", "CHUNK_ROWS = 8192  # rows of similarities held at once: 8192 x ref_size float32",
      "8192 -> 8193"): "chunk size of a row-wise loop: every chunk computes the same rows (test: rows beyond one chunk)",
     ("astral_predict.py", "return vectors / np.where(norms > 0, norms, 1.0)  # a zero embedding stays zero (similarity 0)",
