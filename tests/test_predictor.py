@@ -268,3 +268,16 @@ def test_trained_head_run_records_its_offline_cost_and_a_checkpoint_run_reuses_t
     line = one_error_line(train(tmp_path / "wrong", cache, *recipe, "selector.predictor=checkpoint",
                                 f"selector.predictor_path={head}", f"selector.predictor_encoder={record['labelers'][0]}"))
     assert f"trained on embeddings of '{encoder}'" in line
+
+
+def test_numpy_head_rows_beyond_one_chunk():
+    """More query rows than one chunk of scores (CHUNK_ROWS): every row gets its own softmax (float64 reference)."""
+    from lze_bench.selectors.astral_predict import CHUNK_ROWS, softmax_base
+
+    rng = np.random.default_rng(8)
+    rows = rng.standard_normal((CHUNK_ROWS + 300, 6)).astype(np.float32)
+    keys = rng.standard_normal((6, 5)).astype(np.float32)
+    y_ref = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
+    scores = rows.astype(np.float64) @ keys.astype(np.float64)
+    weights = np.exp(scores - scores.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(softmax_base(rows, keys, y_ref), weights @ y_ref / weights.sum(axis=1), atol=1e-5)

@@ -116,6 +116,8 @@ EQUIVALENT = {
         "the loaded arrays are copied into the record array; no view of the caller's state is kept",
     ("hive.py", "if value.dtype != np.float32:  # float32 stays: its values compare exactly against a float64 median",
      "!= -> =="): "float32 then goes to float64 and float64 stays: either way V is compared in float64 with the median",
+    ("greso_state.py", "lowest, highest = min(lowest, 0), max(highest, 0)", "0 -> 1"):
+        "max(highest, 1) only adds a table entry for run +1 that no candidate reads (min(lowest, 1) is killed)",
     ("astral_predict.py", "CHUNK_ROWS = 8192  # rows of similarities held at once: 8192 x ref_size float32",
      "8192 -> 8193"): "chunk size of a row-wise loop: every chunk computes the same rows (test: rows beyond one chunk)",
     ("astral_predict.py", "return vectors / np.where(norms > 0, norms, 1.0)  # a zero embedding stays zero (similarity 0)",
