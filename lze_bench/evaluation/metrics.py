@@ -114,7 +114,8 @@ def wilson(p: float, trials: float, z: float = Z95) -> tuple[float, float]:
     denominator = 1 + z * z / trials
     center = (p + z * z / (2 * trials)) / denominator
     half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
-    return max(0.0, center - half), min(1.0, center + half)
+    low = 0.0 if p <= 0 else max(0.0, center - half)  # exact ends at p = 0 and 1 (no rounding residue)
+    return low, 1.0 if p >= 1 else min(1.0, center + half)
 
 
 def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:

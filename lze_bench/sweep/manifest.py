@@ -103,7 +103,9 @@ def merge_plan(data: dict, plan) -> dict:
 
 
 def run_dir_of(sweep_dir: str | os.PathLike, entry: dict) -> Path:
-    return Path(sweep_dir) / entry["run_dir"]
+    """The entry's run directory. Its `..` (an eval sweep's `../../<run>`) is collapsed by name, so the run is
+    found before the eval sweep's own folder exists (`eval sweep_dir=... --dry-run`)."""
+    return Path(os.path.normpath(Path(sweep_dir) / entry["run_dir"]))
 
 
 def runs_of(root: str | os.PathLike) -> list[tuple[Path, dict]]:
