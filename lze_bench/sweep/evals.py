@@ -13,8 +13,8 @@ for runs of any backend.
 
 Order: compose the `eval` config (a bad key fails here); compute the settings
 key (lze_bench/evaluation/settings.py; with `eval.seeds=[...]`, one key per
-seed and the seed group's key, which names the folder); load and check every benchmark's rows
-(a missing file fails before anything is submitted); list each finished run's
+seed and the seed group's key, which names the folder); load and check every
+benchmark's rows (a missing file fails before anything is submitted); list each finished run's
 targets (runner.run_targets: its initial policy and complete checkpoints);
 plan one job per run (`job_per=run`, the checkpoints evaluated in turn, each
 engine shut down before the next starts) or per checkpoint
@@ -22,9 +22,9 @@ engine shut down before the next starts) or per checkpoint
 machinery (submit.run_sweep: local or Slurm executor, array parallelism,
 requeue, `wait=`), into `DIR/evals/<suite>-<key>/` (manifest.json with
 `kind: eval`, submitit/ logs). A job is done when each of its checkpoints has
-every benchmark's result under the key, under every seed's key (and their seed
-aggregate) with several seeds (seeds.checkpoint_finished; outputs.finished, the rule `eval`
-itself skips by), so a re-run skips finished jobs, resubmits failed ones, and a
+every benchmark's result under the key (with several seeds: under every seed's
+key, and in their aggregate; evaluation.seeds.checkpoint_finished, built on
+outputs.finished, the rule `eval` itself skips by), so a re-run skips finished jobs, resubmits failed ones, and a
 job that starts again skips finished (checkpoint, benchmark) results.
 
 Choices where the sources are silent:
