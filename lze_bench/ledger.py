@@ -13,7 +13,12 @@ Three tables live in a run directory:
   evaluated again replace their row, other settings are kept beside it
   (lze_bench.evaluation.settings defines the key). A file without the
   `settings_key` column (written before results were keyed by settings) is
-  refused with one line: its rows' settings cannot be known.
+  refused with one line: its rows' settings cannot be known. Each sampling seed
+  of `eval.seeds` is its own settings key, so its own row (`seed` column); a
+  seed aggregate is derived, never a row. Every metric's 95 % interval is a
+  column (lze_bench.evaluation.metrics: Wilson at the effective number of
+  trials); the pass@k / maj@k ones (EVAL_INTERVAL_COLUMNS) came later and read
+  as NaN from a file written before them.
 
 FLOP columns: per-step counts are exact integers (int64); `cum_flops` is a
 float64 running sum, because a long run of a 7B model passes 2^63 FLOPs
@@ -87,10 +92,14 @@ EVAL_COLUMNS: dict[str, str] = {
     "num_problems": "int64",
     "samples_per_problem": "int64",
     "accuracy": "float64",  # avg@n
-    "ci_low": "float64",
+    "ci_low": "float64",  # 95 % interval of accuracy
     "ci_high": "float64",
-    "pass_at_k": "float64",
-    "maj_at_k": "float64",
+    "pass_at_k": "float64",  # unbiased pass@k (Chen et al. 2021) at k below
+    "maj_at_k": "float64",  # majority vote of the first k samples
+    "pass_at_k_ci_low": "float64",  # 95 % intervals of pass@k and maj@k (NaN in files written before them)
+    "pass_at_k_ci_high": "float64",
+    "maj_at_k_ci_low": "float64",
+    "maj_at_k_ci_high": "float64",
     "k": "int64",  # the largest k of the suite's ks
     "suite": "object",  # the suite's name (a label: not part of the key)
     "settings_key": "object",  # 12 hex digits over the settings below (evaluation/settings.py)
@@ -109,6 +118,7 @@ EVAL_COLUMNS: dict[str, str] = {
     "cum_flops": "float64",  # the run's cum_flops when the checkpoint was saved (reports recompute it from the ledger)
 }
 EVAL_KEY = ("checkpoint", "benchmark", "settings_key")
+EVAL_INTERVAL_COLUMNS = ("pass_at_k_ci_low", "pass_at_k_ci_high", "maj_at_k_ci_low", "maj_at_k_ci_high")
 EVALS_LOCK = ".evals.lock"  # flock'd around the read-modify-write of evals.parquet (concurrent eval jobs)
 
 FLOP_PARTS = ("flops_rollout", "flops_logprob", "flops_train", "flops_select")
@@ -289,7 +299,7 @@ def append_eval_rows(run_dir: str | os.PathLike, rows: list[dict]) -> pd.DataFra
     jobs of one run that finish at once (one job per checkpoint) never lose each other's rows.
     """
     path = Path(run_dir) / EVALS_FILE
-    new = _typed(pd.DataFrame(rows), EVAL_COLUMNS)
+    new = _typed(_with_intervals(pd.DataFrame(rows)), EVAL_COLUMNS)
     missing = [c for c in EVAL_COLUMNS if c not in new]
     if missing:
         raise LzeBenchError(f"eval rows lack columns: {', '.join(missing)}")
@@ -307,7 +317,7 @@ def read_evals(run_dir: str | os.PathLike) -> pd.DataFrame:
     path = Path(run_dir) / EVALS_FILE
     if not path.exists():
         return _empty(EVAL_COLUMNS)
-    frame = _read_parquet(path, _evals_fix(run_dir))
+    frame = _with_intervals(_read_parquet(path, _evals_fix(run_dir)))
     missing = [c for c in EVAL_COLUMNS if c not in frame]
     if missing:
         raise LzeBenchError(
@@ -322,6 +332,14 @@ def _evals_fix(run_dir) -> str:
     # `eval run=DIR` returns the entries it skips as done, so a fresh evals.parquet gets every row back
     return (f"move it away and run `lze-bench eval run={run_dir}` again with the settings used: it rebuilds the "
             "rows from evals/<checkpoint>/<settings>/summary.json without generating anything again")
+
+
+def _with_intervals(frame: pd.DataFrame) -> pd.DataFrame:
+    """EVAL_INTERVAL_COLUMNS came after the settings key: rows (and files) without them read as NaN."""
+    for column in EVAL_INTERVAL_COLUMNS:
+        if column not in frame:
+            frame[column] = float("nan")
+    return frame
 
 
 @contextlib.contextmanager

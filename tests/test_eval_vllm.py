@@ -202,3 +202,31 @@ def test_data_parallel_replicas_split_checkpoints_over_gpus(fake_vllm, tiny_chec
         assert kinds == ["init", "generate", "generate", "engine_core.shutdown"]
     assert len(read_evals(run)) == 6  # rows of both replicas, appended under the lock
     assert fake_vllm.EVENTS == []  # nothing ran in this process
+
+
+def test_seeds_share_each_checkpoints_engine_across_replicas(fake_vllm, tiny_checkpoint, tmp_path, monkeypatch):
+    """eval.seeds=[0,1] with two replicas: each checkpoint's engine starts once for both seeds (four generate
+    calls: 2 benchmarks x 2 seeds), every seed is its own evals.parquet row, and each checkpoint has its seed
+    aggregate (the fake answers 42: one of two problems right, on every seed)."""
+    import json
+
+    from lze_bench.ledger import read_evals
+
+    run = _run_with_checkpoints(tmp_path, tiny_checkpoint)
+    log = tmp_path / "events.jsonl"
+    monkeypatch.setenv("LZE_FAKE_VLLM_LOG", str(log))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    entries = _eval([f"run={run}", f"data.root={_data_root(tmp_path)}", *VLLM, "generation.data_parallel_size=2",
+                     "eval.seeds=[0,1]", "eval.temperature=1.0", "eval.n_samples=2", "eval.ks=[1,2]"])
+    assert [(e["checkpoint"], e["settings"]["seed"], e["benchmark"]) for e in entries] == [
+        (c, s, b) for c in ("step_000000", "step_000002") for s in (0, 1) for b in ("gsm8k", "math500")]
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    for checkpoint in ("step_000000", "step_000002"):
+        kinds = [kind for kind, model, _ in events if Path(model).name == checkpoint]
+        assert kinds == ["init", "generate", "generate", "generate", "generate", "engine_core.shutdown"]
+        [aggregate] = list((run / "evals" / checkpoint).glob("seeds-*/summary.json"))
+        gsm8k = json.loads(aggregate.read_text())["gsm8k"]
+        assert gsm8k["accuracy_per_seed"] == [0.5, 0.5] and gsm8k["accuracy_std"] == 0.0
+        assert gsm8k["ci_low"] < 0.5 < gsm8k["ci_high"] and gsm8k["maj@2"] == 0.5
+    evals = read_evals(run)
+    assert len(evals) == 8 and sorted(set(evals["seed"])) == [0, 1] and evals["settings_key"].nunique() == 2

@@ -356,6 +356,30 @@ def test_report_uses_the_chosen_suite_and_names_it(tmp_path):
         assert "## Eval results used" in text and f"| gsm8k | 10 | 1 | {used['suite']} |" in text
 
 
+def test_report_averages_eval_seeds_of_one_setting(tmp_path):
+    """`eval.seeds=[0,1]` leaves one settings key per seed: one setting, averaged per checkpoint."""
+    root = tmp_path / "runs"
+    for selector in ("uniform", "lze"):
+        run_dir = make_run(root, selector, 0)  # gsm8k under key aaaa... (eval seed 0)
+        append_eval_rows(run_dir, [eval_row(s, "gsm8k", acc, key="cccccccccccc", seed=1)
+                                   for s, acc in ((0, 0.30), (4, 0.60))])
+    report = build(root)
+    gsm = report["points"].query("benchmark == 'gsm8k'").set_index(["label", "step"])["accuracy"]
+    assert gsm[("uniform", -1)] == pytest.approx(0.20) and gsm[("uniform", 3)] == pytest.approx(0.40)  # (0.2+0.6)/2
+    assert gsm[("lze", 3)] == pytest.approx(0.50)  # (0.4 + 0.6) / 2
+    used = report["benchmarks"].iloc[0]
+    assert used["settings_key"] == "aaaaaaaaaaaa/cccccccccccc" and "seeds=0,1" in used["settings"]
+    assert used["eval_seeds"] == "2" and used["eval_points"] == 4  # 2 runs x 2 checkpoints, seeds averaged
+    from lze_bench.report.paired import ReportOptions
+
+    one = build(root, ReportOptions(eval_suites=("cccccccccccc",)))  # a seed's key: that seed alone
+    assert one["points"].query("benchmark == 'gsm8k' and step == 3 and label == 'lze'")["accuracy"].item() == 0.6
+    append_eval_rows(root / "lze-s0", [eval_row(4, "gsm8k", 0.9, key="dddddddddddd", seed=1)])  # e.g. other ks
+    with pytest.raises(LzeBenchError, match="lze-s0 step_000004 has eval seed 1 under settings keys cccccccccccc, "
+                                            "dddddddddddd"):
+        build(root)
+
+
 def test_report_leaves_out_a_run_whose_final_checkpoint_is_not_evaluated(tmp_path, caplog):
     root = tmp_path / "runs"
     make_run(root, "uniform", 0)

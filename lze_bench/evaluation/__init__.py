@@ -2,8 +2,10 @@
 
 Modules: suites.py (the `eval` config group and the `eval` primary config),
 settings.py (the settings key a result is filed under), generation.py (hf |
-vllm), replicas.py (data-parallel replicas), metrics.py, outputs.py (result
-files, evals.parquet rows, "finished"), runner.py (`run_eval`), grade_file.py.
+vllm), replicas.py (data-parallel replicas), metrics.py (avg@n, pass@k, maj@k,
+intervals, seed spread), outputs.py (result files, evals.parquet rows,
+"finished"), seeds.py (eval.seeds aggregates), runner.py (`run_eval`),
+grade_file.py.
 `eval sweep_dir=` submits jobs from lze_bench/sweep/evals.py, above this package.
 The benchmark registry (lze_bench/benchmarks.py) and the grading package
 (lze_bench/grading/) sit below this package. Kept import-light: nothing here

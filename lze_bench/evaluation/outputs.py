@@ -11,7 +11,13 @@ for its initial policy), else `out_dir` or `runs/eval/<model>/`. So results
 with other settings sit beside each other and never overwrite one another. A
 run also gets one `evals.parquet` row per (checkpoint, benchmark, settings key)
 (ledger.append_eval_rows), with the run's `cum_flops` when the checkpoint was
-saved.
+saved. Several sampling seeds are several settings keys; their aggregate sits
+in `<checkpoint out>/seeds-<group key>/` (seeds.py), same file layout.
+
+Each metric carries its 95 % interval (metrics.py: Wilson at the effective
+number of trials): `ci_low`/`ci_high` for accuracy (avg@n), `pass@k_ci_low`,
+`pass@k_ci_high`, `maj@k_ci_low`, `maj@k_ci_high` for each k; a seed aggregate
+adds `<metric>_std` and `<metric>_per_seed`.
 
 A (checkpoint, benchmark, settings) result is *finished* when its summary
 entry carries the settings key and its JSONL exists: `lze-bench eval` skips it
@@ -24,6 +30,7 @@ import csv
 import io
 import json
 import logging
+import re
 from pathlib import Path
 
 from lze_bench.rundir import atomic_write_json, atomic_write_text
@@ -35,6 +42,8 @@ SUMMARY_CSV = "summary.csv"
 CSV_COLUMNS = ("benchmark", "checkpoint", "step", "suite", "settings_key", "num_problems", "samples_per_problem",
                "accuracy", "ci_low", "ci_high", "ci_method", "generated_tokens", "tokens_per_s", "grade_timeouts",
                "grade_errors")
+SEED_COLUMNS = ("seeds", "accuracy_std", "accuracy_per_seed")  # seed aggregates only (seeds.py)
+METRIC_SUFFIXES = ("ci_low", "ci_high", "std", "per_seed")  # after each pass@k / maj@k column
 
 
 def results_dir(checkpoint_out: Path, key: str) -> Path:
@@ -77,12 +86,15 @@ def write_samples(path: Path, name: str, rows: list[dict], results, grades) -> N
 
 def write_summary(folder: Path, summary: dict) -> None:
     atomic_write_json(Path(folder) / SUMMARY, summary)
-    metric_keys = sorted({k for entry in summary.values() for k in entry if k.startswith(("pass@", "maj@"))})
+    present = {k for entry in summary.values() for k in entry}
+    names = sorted({k for k in present if re.fullmatch(r"(pass|maj)@\d+", k)}, key=lambda k: (k[0], int(k.split("@")[1])))
+    metric_keys = [k for name in names for k in (name, *(f"{name}_{end}" for end in METRIC_SUFFIXES)) if k in present]
+    seed_keys = [k for k in SEED_COLUMNS if k in present]
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=[*CSV_COLUMNS, *metric_keys], extrasaction="ignore")
+    writer = csv.DictWriter(buffer, fieldnames=[*CSV_COLUMNS, *seed_keys, *metric_keys], extrasaction="ignore")
     writer.writeheader()
     for entry in summary.values():
-        writer.writerow(entry)
+        writer.writerow({k: " ".join(map(str, v)) if isinstance(v, list) else v for k, v in entry.items()})
     atomic_write_text(Path(folder) / SUMMARY_CSV, buffer.getvalue())
 
 
@@ -96,12 +108,15 @@ def append_to_run(run: Path, step: int | None, checkpoint: str, entries: list[di
     rows = []
     for entry in entries:
         settings = entry["settings"]
-        k = max(int(key.split("@")[1]) for key in entry if key.startswith("pass@"))
+        k = max(int(key.split("@")[1]) for key in entry if re.fullmatch(r"pass@\d+", key))
         rows.append({
             "step": step, "checkpoint": checkpoint, "benchmark": entry["benchmark"],
             "num_problems": entry["num_problems"], "samples_per_problem": entry["samples_per_problem"],
             "accuracy": entry["accuracy"], "ci_low": entry["ci_low"], "ci_high": entry["ci_high"],
             "pass_at_k": entry[f"pass@{k}"], "maj_at_k": entry[f"maj@{k}"], "k": k,
+            # results written before pass@k / maj@k had intervals: NaN
+            **{f"{m}_at_k_ci_{end}": entry.get(f"{m}@{k}_ci_{end}", float("nan"))
+               for m in ("pass", "maj") for end in ("low", "high")},
             "suite": entry["suite"], "settings_key": entry["settings_key"],
             **{name: settings[name] for name in ("split", "temperature", "top_p", "max_new_tokens", "limit", "seed",
                                                  "prompt_template", "chat_template", "grading")},
@@ -129,24 +144,51 @@ def cum_flops_at(run: Path, step: int | None) -> float:
 
 
 def print_summary(entries: list[dict], folders: list[Path]) -> None:
-    """CLI-facing: one table row per (checkpoint, benchmark), then where the files are."""
+    """CLI-facing: one table row per (checkpoint, benchmark), then where the files are.
+
+    Columns: avg@n (named with its n) and its 95 % interval, then pass@k and maj@k [interval] for each k > 1
+    (pass@1 = avg@n, and with one sample maj@1 = avg@1 too); seed aggregates (entries with `seeds`) show
+    avg@n as mean ± std over seeds and each seed's value."""
     from rich.console import Console
     from rich.table import Table
 
+    sampled = {int(e["samples_per_problem"]) for e in entries}
+    avg = f"avg@{sampled.pop()}" if len(sampled) == 1 else "avg@n"
+    ks = sorted({int(key[5:]) for e in entries for key in e if re.fullmatch(r"pass@\d+", key)} - {1})
+    seeded = any("seeds" in e for e in entries)
     table = Table(title="lze-bench eval")
-    for column in ("checkpoint", "benchmark", "problems", "n", "accuracy", "95% CI", "tokens/s"):
+    for column in ("checkpoint", "benchmark", "problems", "n", *(["seeds"] if seeded else []), avg, "95% CI",
+                   *(["per seed"] if seeded else []), *[f"{m}@{k}" for m in ("pass", "maj") for k in ks], "tokens/s"):
         table.add_column(column, justify="right")
     for e in entries:
         speed = f"{e['tokens_per_s']:.1f}" if e.get("tokens_per_s") else "-"
+        mean = f"{e['accuracy']:.4f}" + (f" ± {e['accuracy_std']:.4f}" if "accuracy_std" in e else "")
+        spread = [" ".join(f"{v:.3f}" for v in e.get("accuracy_per_seed", []))] if seeded else []
         table.add_row(str(e["checkpoint"])[-40:], e["benchmark"], str(e["num_problems"]), str(e["samples_per_problem"]),
-                      f"{e['accuracy']:.4f}", f"[{e['ci_low']:.3f}, {e['ci_high']:.3f}]", speed)
+                      *([",".join(map(str, e.get("seeds", [])))] if seeded else []), mean,
+                      _interval(e.get("ci_low"), e.get("ci_high")), *spread,
+                      *[_metric(e, f"{m}@{k}") for m in ("pass", "maj") for k in ks], speed)
     console = Console(width=max(120, Console().width))
     console.print(table)
     if entries:
         from lze_bench.evaluation.settings import describe
 
         first = entries[0]
-        console.print(f"suite {first['suite']} (settings {first['settings_key']}: {describe(first['settings'])})",
-                      highlight=False)
+        console.print(f"suite {first['suite']} (settings {first['settings_key']}: {describe(first['settings'])}); "
+                      f"{avg}: mean over problems of the share of correct samples (= pass@1); intervals: 95% "
+                      "Wilson over problems (lze_bench/evaluation/metrics.py)", highlight=False)
     for folder in folders:
         console.print(f"outputs: {folder}", highlight=False)
+
+
+def _interval(low, high) -> str:
+    if low is None or high is None or low != low or high != high:  # NaN: a result written before intervals
+        return "-"
+    return f"[{low:.3f}, {high:.3f}]"
+
+
+def _metric(entry: dict, name: str) -> str:
+    if name not in entry:
+        return "-"
+    interval = _interval(entry.get(f"{name}_ci_low"), entry.get(f"{name}_ci_high"))
+    return f"{entry[name]:.3f}" + ("" if interval == "-" else f" {interval}")

@@ -42,10 +42,10 @@ def visible_gpus(count: int) -> list[str]:
     return listed[:count]
 
 
-def run_replicas(evaluate, options, settings: dict, data: dict, targets: list) -> list[dict]:
+def run_replicas(evaluate, options, per_seed: list[dict], data: dict, targets: list) -> list[dict]:
     """Evaluate `targets` on data_parallel_size replicas; entries in the targets' order.
 
-    `evaluate(targets, options, settings, data, show)` is what each replica runs (runner.evaluate_targets, a
+    `evaluate(targets, options, per_seed, data, show)` is what each replica runs (runner.evaluate_targets, a
     module-level function: spawn pickles it by name)."""
     import multiprocessing
 
@@ -58,8 +58,8 @@ def run_replicas(evaluate, options, settings: dict, data: dict, targets: list) -
     for index in range(replicas):
         share = targets[index::replicas]
         devices = ",".join(gpus[index * tp : (index + 1) * tp])
-        process = context.Process(target=_replica, args=(evaluate, index, options, settings, data, share, devices, queue),
-                                  name=f"lze-eval-replica-{index}")
+        process = context.Process(target=_replica, name=f"lze-eval-replica-{index}",
+                                  args=(evaluate, index, options, per_seed, data, share, devices, queue))
         process.start()
         processes.append(process)
     outcomes = _collect(processes, queue)
@@ -93,13 +93,14 @@ def _collect(processes: list, queue) -> dict[int, tuple[bool, object]]:
     return outcomes
 
 
-def _replica(evaluate, index: int, options, settings: dict, data: dict, targets: list, devices: str, queue) -> None:
+def _replica(evaluate, index: int, options, per_seed: list[dict], data: dict, targets: list, devices: str,
+             queue) -> None:
     if options.device != "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = devices  # before torch/vLLM are imported in this process
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s replica {index} %(name)s %(levelname)s %(message)s")
     try:
         logger.info("replica %d on GPUs [%s]: %s", index, devices, ", ".join(t.checkpoint for t in targets))
-        entries = evaluate(targets, options, settings, data, show=False)
+        entries = evaluate(targets, options, per_seed, data, show=False)
     except BaseException as exc:  # reported to the parent, which fails the command
         lines = [line for line in str(exc).strip().splitlines() if line.strip()]
         queue.put((index, False, f"{type(exc).__name__}: {lines[-1] if lines else ''}"))

@@ -24,11 +24,16 @@ Choices where the sources are silent:
   run has a `step_000000` checkpoint (the same policy), when `initial=false`,
   or with a warning when the config names none;
 - each benchmark's sampling seed is derived from (seed, benchmark name), so a
-  benchmark's samples do not depend on which other benchmarks ran before it.
+  benchmark's samples do not depend on which other benchmarks ran before it;
+- with `eval.seeds=[...]` a checkpoint's engine loads once for all its seeds
+  (each seed one settings key, evaluated and skipped on its own); the seed
+  aggregate (seeds.py) is written once every seed of the checkpoint is done,
+  and the printed table shows it (mean ± std over seeds, per-seed values).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
@@ -41,7 +46,7 @@ import numpy as np
 from lze_bench.errors import LzeBenchError
 from lze_bench.evaluation.outputs import (append_to_run, finished, print_summary, read_summary, results_dir,
                                           write_samples, write_summary)
-from lze_bench.evaluation.settings import eval_settings, settings_key
+from lze_bench.evaluation.settings import seed_settings, settings_key
 from lze_bench.rundir import CONFIG, EVALS, list_checkpoints
 
 logger = logging.getLogger(__name__)
@@ -58,7 +63,7 @@ class Target:
 
 
 def run_eval(cfg, show: bool = True) -> list[dict]:
-    """Evaluate; returns one summary entry per (checkpoint, benchmark).
+    """Evaluate; returns one summary entry per (checkpoint, seed, benchmark), seeds in eval.seeds order.
 
     show=False (library callers, sweep jobs) hides the progress bars and the final table.
     """
@@ -68,21 +73,33 @@ def run_eval(cfg, show: bool = True) -> list[dict]:
     if options.sweep_dir:
         raise LzeBenchError("sweep_dir=DIR is a job submission: run it with `lze-bench eval sweep_dir=DIR ...`")
     targets = find_targets(options)
-    settings = eval_settings(options)
+    per_seed = seed_settings(options)  # one settings dict (and key) per sampling seed
     if options.run:
         from lze_bench.ledger import read_evals
 
         read_evals(options.run)  # an evals.parquet from an older lze-bench fails here, before any work
-    data = load_suite(options, settings)
+    data = load_suite(options, per_seed[0])
     if options.generation.data_parallel_size > 1 and len(targets) > 1:
         from lze_bench.evaluation.replicas import run_replicas
 
-        entries = run_replicas(evaluate_targets, options, settings, data, targets)
+        entries = run_replicas(evaluate_targets, options, per_seed, data, targets)
     else:
-        entries = evaluate_targets(targets, options, settings, data, show)
+        entries = evaluate_targets(targets, options, per_seed, data, show)
     if show:
-        print_summary(entries, [results_dir(t.out_dir, settings_key(settings)) for t in targets])
+        _show(entries, targets, options, per_seed)
     return entries
+
+
+def _show(entries: list[dict], targets: list[Target], options, per_seed: list[dict]) -> None:
+    """The table of results: per seed with one seed, else the seed aggregates (seeds.py) read back."""
+    if len(per_seed) == 1:
+        print_summary(entries, [results_dir(t.out_dir, settings_key(per_seed[0])) for t in targets])
+        return
+    from lze_bench.evaluation.seeds import seeds_dir
+
+    folders = [seeds_dir(t.out_dir, per_seed) for t in targets]
+    aggregates = [read_summary(folder)[name] for folder in folders for name in options.eval.benchmarks]
+    print_summary(aggregates, folders)
 
 
 def find_targets(options) -> list[Target]:
@@ -148,50 +165,70 @@ def load_suite(options, settings: dict) -> dict[str, list[dict]]:
             for name in options.eval.benchmarks}
 
 
-def evaluate_targets(targets: list[Target], options, settings: dict, data: dict, show: bool) -> list[dict]:
+def evaluate_targets(targets: list[Target], options, per_seed: list[dict], data: dict, show: bool) -> list[dict]:
     from lze_bench.grading import Grader
-    from lze_bench.runlock import hold_run_dir
 
     entries: list[dict] = []
-    key = settings_key(settings)
     grading = options.grading
     with Grader(timeout_s=grading.timeout_s, workers=grading.workers, mode=options.eval.grading) as grader, \
             _progress(show) as progress:
         for target in targets:
             # one process per results folder: two evals of the same checkpoint and settings would race on its files
-            with hold_run_dir(results_dir(target.out_dir, key), "eval", key="",
-                              name=f"the results of {target.checkpoint} under settings {key}"):
-                done = evaluate_target(target, options, settings, data, grader, progress)
+            with _hold_results(target, per_seed):
+                done = evaluate_target(target, options, per_seed, data, grader, progress)
             entries += done
             if options.run:
                 append_to_run(Path(options.run), target.step, target.checkpoint, done)
     return entries
 
 
-def evaluate_target(target: Target, options, settings: dict, data: dict, grader, progress) -> list[dict]:
-    key = settings_key(settings)
-    folder = results_dir(target.out_dir, key)
-    summary = read_summary(folder)
-    todo = [name for name in options.eval.benchmarks if not finished(folder, name, key, summary)]
-    skipped = [name for name in options.eval.benchmarks if name not in todo]
-    if skipped:
-        logger.info("%s: already evaluated with settings %s: %s", target.checkpoint, key, ", ".join(skipped))
-    if todo:
+def _hold_results(target: Target, per_seed: list[dict]) -> contextlib.ExitStack:
+    """The run-dir lock of every seed's results folder of one checkpoint (runlock.py), held together."""
+    from lze_bench.runlock import hold_run_dir
+
+    stack = contextlib.ExitStack()
+    with stack:
+        for settings in per_seed:
+            key = settings_key(settings)
+            stack.enter_context(hold_run_dir(results_dir(target.out_dir, key), "eval", key="",
+                                             name=f"the results of {target.checkpoint} under settings {key}"))
+        return stack.pop_all()
+
+
+def evaluate_target(target: Target, options, per_seed: list[dict], data: dict, grader, progress) -> list[dict]:
+    """Every seed x benchmark of one checkpoint not finished yet, with one engine; returns every entry
+    (seed-major) and, with several seeds, writes their aggregate (seeds.py)."""
+    names = list(options.eval.benchmarks)
+    folders = {settings_key(s): results_dir(target.out_dir, settings_key(s)) for s in per_seed}
+    summaries = {key: read_summary(folder) for key, folder in folders.items()}
+    todo = {key: [name for name in names if not finished(folders[key], name, key, summaries[key])] for key in folders}
+    for key, folder in folders.items():
+        skipped = [name for name in names if name not in todo[key]]
+        if skipped:
+            logger.info("%s: already evaluated with settings %s: %s", target.checkpoint, key, ", ".join(skipped))
+    if any(todo.values()):
         from lze_bench.evaluation.generation import load_generator
 
         generator = load_generator(target.path, backend=options.generation.backend, device=options.device,
                                    dtype=options.generation.dtype, batch_size=options.generation.batch_size,
-                                   use_chat_template=options.eval.use_chat_template, seed=settings["seed"],
+                                   use_chat_template=options.eval.use_chat_template, seed=per_seed[0]["seed"],
                                    engine=options.generation)
         try:
-            for name in todo:
-                entry = evaluate_benchmark(name, data[name], target, folder, generator, options, settings, grader,
-                                           progress)
-                summary[name] = {**entry, "settings_key": key}
-                write_summary(folder, summary)
+            for settings in per_seed:
+                key = settings_key(settings)
+                for name in todo[key]:
+                    entry = evaluate_benchmark(name, data[name], target, folders[key], generator, options, settings,
+                                               grader, progress)
+                    summaries[key][name] = {**entry, "settings_key": key}
+                    write_summary(folders[key], summaries[key])
         finally:
             generator.close()  # the engine (and its GPU memory) is gone before the next checkpoint loads
-    return [summary[name] for name in options.eval.benchmarks]
+    entries = [summaries[settings_key(s)][name] for s in per_seed for name in names]
+    if len(per_seed) > 1:
+        from lze_bench.evaluation.seeds import aggregate_target
+
+        aggregate_target(target.out_dir, per_seed, names, entries)
+    return entries
 
 
 def evaluate_benchmark(name: str, rows: list[dict], target: Target, folder: Path, generator, options, settings: dict,
@@ -205,7 +242,8 @@ def evaluate_benchmark(name: str, rows: list[dict], target: Target, folder: Path
     messages = [spec.messages(row["problem"], suite.prompt_template, suite.prompt) for row in rows]
     seed = settings["seed"] * 1_000_003 + zlib.crc32(name.encode())  # per benchmark: resumable and independent
     sampling = Sampling(suite.n_samples, suite.temperature, suite.top_p, suite.max_new_tokens, seed % 2**31)
-    task = progress.add_task(f"{target.checkpoint[-40:]} {name}", total=len(rows))
+    label = f"{target.checkpoint[-40:]} {name}" + (f" seed {settings['seed']}" if suite.seeds else "")
+    task = progress.add_task(label, total=len(rows))
     tokens_before, time_before = generator.generated_tokens, generator.generate_s
     results = generator.generate(messages, sampling, progress=lambda done: progress.advance(task, done))
     started = time.perf_counter()
@@ -221,7 +259,7 @@ def evaluate_benchmark(name: str, rows: list[dict], target: Target, folder: Path
     statuses = [g.status for g in grades]
     return {
         "benchmark": name, "checkpoint": target.checkpoint, "step": target.step, "model": target.path,
-        "suite": suite.name, **summarize(correct, answers, suite.ks, seed=settings["seed"]),
+        "suite": suite.name, **summarize(correct, answers, suite.ks),
         "generated_tokens": generated, "generate_s": generate_s,
         "tokens_per_s": generated / generate_s if generate_s > 0 else None, "grade_s": grade_s,
         "grade_timeouts": statuses.count("timeout"), "grade_errors": statuses.count("error"),

@@ -13,6 +13,10 @@ Choices where the sources are silent:
 - pass@k and maj@k are computed for every k in `eval.ks` (k <= n_samples); the
   ledger's single `k` column holds the largest;
 - `limit=N` (top level, for smoke runs) wins over the suite's `eval.limit`;
+- `eval.seeds=[0,1,2]` samples every benchmark once per seed (a suite field,
+  so a recipe can fix it); without it the top-level `seed` is the one seed,
+  and setting both (`seed` other than 0) is refused. Greedy decoding with
+  more than one seed is refused (every seed would give the same responses);
 - `eval.prompt` (a named convention) and `eval.prompt_template` (a literal
   user-turn template) are exclusive, so a result names one prompt; `grading`
   defaults to `boxed`, the rule training rewards use, so eval and reward agree;
@@ -55,6 +59,9 @@ class SuiteConfig:
     # how answers are read (lze_bench.grading.GRADING_MODES): boxed = the last \boxed{} (as training rewards);
     # math_verify = math-verify parses the whole response, as lighteval does ("The answer is 18.", "#### 18")
     grading: str = "boxed"
+    # sampling seeds: each is its own result (settings key), aggregated over seeds in the output (settings.py);
+    # null = the command's `seed` alone
+    seeds: Optional[List[int]] = None
 
     def __post_init__(self):
         from lze_bench.data import get_spec
@@ -77,7 +84,19 @@ class SuiteConfig:
             require(self.limit >= 1, "eval.limit", f"must be >= 1 or null, got {self.limit}")
         if self.prompt_template is not None:
             require("{problem}" in self.prompt_template, "eval.prompt_template", "must contain {problem}")
+        self._check_seeds()
         self._check_conventions()
+
+    def _check_seeds(self) -> None:
+        if self.seeds is None:
+            return
+        seeds = list(self.seeds)
+        require(len(seeds) > 0, "eval.seeds", "list at least one seed, or null for the command's seed")
+        require(all(s >= 0 for s in seeds), "eval.seeds", f"seeds must be >= 0, got {seeds}")
+        require(len(set(seeds)) == len(seeds), "eval.seeds", f"a seed is listed twice in {seeds}")
+        require(self.temperature > 0 or len(seeds) == 1, "eval.seeds",
+                f"greedy decoding (eval.temperature=0) gives the same responses for every seed of {seeds}; "
+                "set eval.temperature > 0 or list one seed")
 
     def _check_conventions(self) -> None:
         from lze_bench.benchmarks import PROMPTS
@@ -179,6 +198,9 @@ class EvalConfig:
         require(len(targets) <= 1, targets[-1] if targets else "run",
                 "pass one of model=PATH_OR_HF_ID, run=RUN_DIR or sweep_dir=SWEEP_DIR")
         require(self.checkpoints is None or bool(self.run), "checkpoints", "names checkpoints of run=RUN_DIR; pass run=")
+        require(self.eval.seeds is None or self.seed == 0, "seed",
+                f"seed={self.seed} and eval.seeds={list(self.eval.seeds or [])} both set the sampling seed; pass "
+                f"one (eval.seeds=[{self.seed}] for this seed alone)")
 
 
 def _register() -> None:

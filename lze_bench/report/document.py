@@ -83,11 +83,18 @@ def _eval_results(texts: dict, report: dict) -> list[str]:
         return []
     conventions = _conventions(report)
     return ["## Eval results used", "", texts["benchmarks"], *([conventions, ""] if conventions else []),
-            "Each benchmark's rows come from one eval settings key (the suite's sampling settings, problem limit, "
-            "seed, prompt template and grading; `lze-bench report --eval-suite NAME_OR_KEY` chooses when a run "
-            "holds several). Each eval point sits at its checkpoint's cumulative training FLOPs (the ledger's "
-            "cum_flops after that many steps; the initial policy at 0), and a run is used for a benchmark only "
-            "when its final checkpoint, the policy at the budget, was evaluated.", ""]
+            "Each benchmark's rows come from one eval setting (the suite's sampling settings, problem limit, "
+            "prompt template and grading; `lze-bench report --eval-suite NAME_OR_KEY` chooses when a run "
+            "holds several). A checkpoint evaluated with several sampling seeds (`eval.seeds`, one settings key "
+            "each) counts as the mean over its seeds (\"eval seeds\" per checkpoint); the tables' intervals are "
+            "over training seeds. Each eval result also records its own 95% interval over problems (evals.parquet "
+            "`ci_low`/`ci_high` for avg@n, `pass_at_k_ci_*`, `maj_at_k_ci_*`): Wilson's score interval at the "
+            "effective number of trials (p(1−p) over the variance of the mean of the per-problem values, "
+            "clipped between the number of problems and that times the samples a problem holds), so it never has "
+            "zero width, not even at 0 or 100% (lze_bench/evaluation/metrics.py). Each eval point sits at its "
+            "checkpoint's cumulative training FLOPs (the ledger's cum_flops after that many steps; the initial "
+            "policy at 0), and a run is used for a benchmark only when its final checkpoint, the policy at the "
+            "budget, was evaluated.", ""]
 
 
 def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: list) -> str:

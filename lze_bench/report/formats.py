@@ -68,9 +68,10 @@ def reach_cells(t2: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 def benchmark_cells(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """Which eval results each benchmark's rows come from (report/suites.py)."""
-    header = ["benchmark", "problems", "samples / problem", "suite", "settings key", "settings", "runs"]
+    header = ["benchmark", "problems", "samples / problem", "suite", "settings key", "settings", "eval seeds", "runs"]
     rows = [[str(r["benchmark"]), str(r["problems"]), str(int(r["samples_per_problem"])), str(r["suite"]),
-             str(r["settings_key"]), str(r["settings"]), str(int(r["runs"]))] for _, r in frame.iterrows()]
+             str(r["settings_key"]), str(r["settings"]), str(r["eval_seeds"]), str(int(r["runs"]))]
+            for _, r in frame.iterrows()]
     return header, rows
 
 

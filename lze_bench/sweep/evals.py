@@ -12,8 +12,9 @@ are written, ledger.parquet (the checkpoint's cum_flops): so it works the same
 for runs of any backend.
 
 Order: compose the `eval` config (a bad key fails here); compute the settings
-key (lze_bench/evaluation/settings.py); load and check every benchmark's rows
-(a missing file fails before anything is submitted); list each finished run's
+key (lze_bench/evaluation/settings.py; with `eval.seeds=[...]`, one key per
+seed and the seed group's key, which names the folder); load and check every
+benchmark's rows (a missing file fails before anything is submitted); list each finished run's
 targets (runner.run_targets: its initial policy and complete checkpoints);
 plan one job per run (`job_per=run`, the checkpoints evaluated in turn, each
 engine shut down before the next starts) or per checkpoint
@@ -21,8 +22,9 @@ engine shut down before the next starts) or per checkpoint
 machinery (submit.run_sweep: local or Slurm executor, array parallelism,
 requeue, `wait=`), into `DIR/evals/<suite>-<key>/` (manifest.json with
 `kind: eval`, submitit/ logs). A job is done when each of its checkpoints has
-every benchmark's result under the key (outputs.finished, the rule `eval`
-itself skips by), so a re-run skips finished jobs, resubmits failed ones, and a
+every benchmark's result under the key (with several seeds: under every seed's
+key, and in their aggregate; evaluation.seeds.checkpoint_finished, built on
+outputs.finished, the rule `eval` itself skips by), so a re-run skips finished jobs, resubmits failed ones, and a
 job that starts again skips finished (checkpoint, benchmark) results.
 
 Choices where the sources are silent:
@@ -59,15 +61,17 @@ class PlannedEval:
     checkpoints: list[str]
     overrides: list[str]
     benchmarks: list[str]
-    settings_key: str
+    settings_key: str  # the seed group's key (with one sampling seed: that seed's settings key)
     selector: str
-    seed: int
+    seed: int  # the run's (training) seed
+    seed_keys: list[str] = field(default_factory=list)  # each sampling seed's settings key, eval.seeds order
     config_hash: None = None  # merge_plan: eval jobs are identified by their folder's settings key
 
     def manifest_fields(self, eval_dir: Path) -> dict:
         return {"kind": "eval", "overrides": self.overrides, "run_dir": os.path.relpath(self.run_dir, eval_dir),
                 "checkpoints": self.checkpoints, "benchmarks": self.benchmarks, "settings_key": self.settings_key,
-                "selector": self.selector, "seed": self.seed}
+                "seed_settings_keys": self.seed_keys or [self.settings_key], "selector": self.selector,
+                "seed": self.seed}
 
     def call(self):
         from lze_bench.sweep.job import EvalJob
@@ -111,7 +115,7 @@ def sweep_overrides(args: list[str]) -> list[str]:
 
 def plan_evals(options, args: list[str], launcher: dict) -> EvalPlan:
     from lze_bench.evaluation.runner import load_suite, run_targets
-    from lze_bench.evaluation.settings import eval_settings, settings_key
+    from lze_bench.evaluation.settings import group_settings, seed_settings, settings_key
     from lze_bench.rundir import is_done
     from lze_bench.sweep.manifest import runs_of
 
@@ -122,9 +126,10 @@ def plan_evals(options, args: list[str], launcher: dict) -> EvalPlan:
     if options.out_dir:
         raise LzeBenchError("out_dir: not with sweep_dir=; results go to each run's evals/ folder")
     _check_gpus(options, launcher)
-    settings = eval_settings(options)
-    key = settings_key(settings)
-    data = load_suite(options, settings)  # every benchmark checked before anything is submitted
+    per_seed = seed_settings(options)
+    settings = group_settings(per_seed)  # `seed` is the list of sampling seeds when there are several
+    key, seed_keys = settings_key(settings), [settings_key(s) for s in per_seed]
+    data = load_suite(options, per_seed[0])  # every benchmark checked before anything is submitted
     overrides = sweep_overrides(args)
     eval_dir = (source / EVALS_ROOT / f"{_safe(options.eval.name)}-{key}").resolve()
     jobs, pending = [], []
@@ -139,7 +144,7 @@ def plan_evals(options, args: list[str], launcher: dict) -> EvalPlan:
         for group in groups:
             name = run_dir.name if options.job_per == "run" else f"{run_dir.name}-{group[0]}"
             jobs.append(PlannedEval(name, run_dir.resolve(), group, overrides, list(options.eval.benchmarks), key,
-                                    selector, seed))
+                                    selector, seed, seed_keys))
     if pending:
         log.warning("%d run(s) not finished (no DONE), left out: %s; run this command again once they finish",
                     len(pending), ", ".join(pending))

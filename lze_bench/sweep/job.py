@@ -100,12 +100,12 @@ class EvalJob(Checkpointable):
         from lze_bench.config import compose, to_objects
         from lze_bench.errors import LzeBenchError
         from lze_bench.evaluation.runner import run_eval
-        from lze_bench.evaluation.settings import eval_settings, settings_key
+        from lze_bench.evaluation.settings import group_settings, seed_settings, settings_key
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
         chosen = "[" + ",".join(self.checkpoints) + "]"
         cfg = compose("eval", [*self.overrides, f"run={self.run_dir}", f"checkpoints={chosen}"])
-        now = settings_key(eval_settings(to_objects(cfg)))
+        now = settings_key(group_settings(seed_settings(to_objects(cfg))))  # one seed: that seed's key
         if now != self.settings_key:
             raise LzeBenchError(
                 f"{self.run_dir}: the eval settings composed now (key {now}) differ from the planned ones "

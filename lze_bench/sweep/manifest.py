@@ -103,7 +103,9 @@ def merge_plan(data: dict, plan) -> dict:
 
 
 def run_dir_of(sweep_dir: str | os.PathLike, entry: dict) -> Path:
-    return Path(sweep_dir) / entry["run_dir"]
+    """The entry's run directory. Its `..` (an eval sweep's `../../<run>`) is collapsed by name, so the run is
+    found before the eval sweep's own folder exists (`eval sweep_dir=... --dry-run`)."""
+    return Path(os.path.normpath(Path(sweep_dir) / entry["run_dir"]))
 
 
 def runs_of(root: str | os.PathLike) -> list[tuple[Path, dict]]:
@@ -165,17 +167,15 @@ def derive_status(sweep_dir: str | os.PathLike, entry: dict, live: dict[str, str
 
 
 def checkpoints_finished(eval_dir: str | os.PathLike, entry: dict) -> int:
-    """How many of an eval job's checkpoints have every benchmark's result under its settings key."""
-    from lze_bench.evaluation.outputs import finished, read_summary, results_dir
+    """How many of an eval job's checkpoints have every benchmark's result under its settings key (under each
+    sampling seed's key, and their aggregate, with several seeds: evaluation.seeds.checkpoint_finished)."""
+    from lze_bench.evaluation.seeds import checkpoint_finished
     from lze_bench.rundir import EVALS
 
-    run_dir, key = run_dir_of(eval_dir, entry), entry["settings_key"]
-    count = 0
-    for checkpoint in entry["checkpoints"]:
-        folder = results_dir(run_dir / EVALS / checkpoint, key)
-        summary = read_summary(folder)
-        count += all(finished(folder, name, key, summary) for name in entry["benchmarks"])
-    return count
+    run_dir = run_dir_of(eval_dir, entry)
+    keys = entry.get("seed_settings_keys") or [entry["settings_key"]]  # manifests written before eval.seeds: one
+    return sum(checkpoint_finished(run_dir / EVALS / checkpoint, keys, entry["settings_key"], entry["benchmarks"])
+               for checkpoint in entry["checkpoints"])
 
 
 def entry_done(sweep_dir: str | os.PathLike, entry: dict) -> bool:
