@@ -12,14 +12,7 @@ from typer.testing import CliRunner
 
 from lze_bench.cli import app
 from lze_bench.rundir import PROGRESS, write_progress
-
-TINY = [
-    "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.num_kv_heads=2",
-    "model.intermediate_size=64", "task.num_train=64", "task.num_test=24", "task.num_sft=128",
-    "backend.warmstart_steps=3", "backend.warmstart_batch_size=16", "backend.warmstart_warmup=1",
-    "backend.eval_size=12", "backend.threads=1", "trainer.batch_size=4", "trainer.n_samples=4",
-    "trainer.max_new_tokens=16", "trainer.micro_batch_size=8",
-]
+from tiny_run import TINY_TRAIN as TINY
 
 
 def test_train_reports_the_warm_start_then_training_in_the_run_directory(tmp_path, monkeypatch):

@@ -29,16 +29,10 @@ from typer.testing import CliRunner
 
 from lze_bench.cli import app
 from lze_bench.ledger import LEDGER_COLUMNS, read_evals, read_ledger
+from tiny_run import TINY_TRAIN as TINY
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "lzetestkey0123456789abcdef0123456789abcd"  # 40 characters, like a W&B key; never valid
-TINY = [
-    "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.num_kv_heads=2",
-    "model.intermediate_size=64", "task.num_train=64", "task.num_test=24", "task.num_sft=128",
-    "backend.warmstart_steps=3", "backend.warmstart_batch_size=16", "backend.warmstart_warmup=1",
-    "backend.eval_size=12", "backend.threads=1", "trainer.batch_size=4", "trainer.n_samples=4",
-    "trainer.max_new_tokens=16", "trainer.micro_batch_size=8",
-]
 OPENRLHF = ["backend=openrlhf", "model=Qwen/Qwen2.5-Math-1.5B", "backend.gpus_per_node=8"]
 
 

@@ -22,16 +22,10 @@ from lze_bench.cli import app
 from lze_bench.flops import FlopModel
 from lze_bench.ledger import LEDGER_COLUMNS, read_ledger, read_rollouts
 from lze_bench.rundir import is_done, list_checkpoints
+from tiny_run import TINY_TRAIN as TINY
 
 runner = CliRunner()
 
-TINY = [
-    "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.num_kv_heads=2",
-    "model.intermediate_size=64", "task.num_train=64", "task.num_test=24", "task.num_sft=128",
-    "backend.warmstart_steps=3", "backend.warmstart_batch_size=16", "backend.warmstart_warmup=1",
-    "backend.eval_size=12", "backend.threads=1", "trainer.batch_size=4", "trainer.n_samples=4",
-    "trainer.max_new_tokens=16", "trainer.micro_batch_size=8",
-]
 TIME_COLUMNS = [c for c in LEDGER_COLUMNS if c.startswith("time_") or c == "cum_time_s"]
 
 
