@@ -91,7 +91,10 @@ def overrides(model: Path, data: Path, selector: str, run_dir: Path, *, steps: i
         "backend.packing_samples=false", "backend.attn_implementation=eager", "backend.apply_chat_template=false",
         "backend.gradient_checkpointing=false",
         f"backend.train_micro_batch_size={micro}", f"backend.rollout_micro_batch_size={micro}",
-        "backend.grade_workers=1", "backend.max_gen_rounds=3", "backend.placement_timeout_s=120", *extra,
+        "backend.grade_workers=1", "backend.max_gen_rounds=3", "backend.placement_timeout_s=120",
+        # GRESO examines the stream in chunks of its dataloader batch (32 of S = 384 in the authors' scripts);
+        # the tiny task has 10 prompts, so one prompt a chunk (selectors.md §6 "Round structure")
+        *(["selector.chunk=1"] if selector == "greso" else []), *extra,
     ]
 
 
