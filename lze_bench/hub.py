@@ -23,6 +23,7 @@ could only answer "invalid id".
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 from pathlib import Path
 
@@ -80,9 +81,12 @@ def _hub_id_path(repo_id: str, key: str, is_offline: bool) -> str:
 
 
 def _network_errors() -> tuple[type[BaseException], ...]:
-    """OSError covers requests' errors and huggingface_hub's HTTP errors; httpx's (hub >= 1.0) are not OSErrors."""
-    try:
-        import httpx
-    except ImportError:
-        return (OSError,)
-    return (OSError, httpx.HTTPError)
+    """OSError covers requests' errors and huggingface_hub's HTTP errors; the HTTP clients of hub >= 1.0 raise
+    their own, which are not OSErrors: httpx's (hub 1.x) and httpx2's (hub 2.x)."""
+    errors: list[type[BaseException]] = [OSError]
+    for client in ("httpx", "httpx2"):
+        try:
+            errors.append(importlib.import_module(client).HTTPError)
+        except (ImportError, AttributeError):
+            pass
+    return tuple(errors)
