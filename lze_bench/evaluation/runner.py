@@ -182,17 +182,17 @@ def evaluate_targets(targets: list[Target], options, per_seed: list[dict], data:
     return entries
 
 
-def _hold_results(target: Target, per_seed: list[dict]) -> contextlib.ExitStack:
+@contextlib.contextmanager
+def _hold_results(target: Target, per_seed: list[dict]):
     """The run-dir lock of every seed's results folder of one checkpoint (runlock.py), held together."""
     from lze_bench.runlock import hold_run_dir
 
-    stack = contextlib.ExitStack()
-    with stack:
+    with contextlib.ExitStack() as stack:
         for settings in per_seed:
             key = settings_key(settings)
             stack.enter_context(hold_run_dir(results_dir(target.out_dir, key), "eval", key="",
                                              name=f"the results of {target.checkpoint} under settings {key}"))
-        return stack.pop_all()
+        yield
 
 
 def evaluate_target(target: Target, options, per_seed: list[dict], data: dict, grader, progress) -> list[dict]:
