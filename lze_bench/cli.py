@@ -172,6 +172,9 @@ def _seconds(text: str) -> float:
 sweep_app = typer.Typer(cls=OverridesOrCommandGroup, invoke_without_command=True, context_settings=EXTRA_ARGS,
                         add_completion=False, pretty_exceptions_enable=False)
 app.add_typer(sweep_app, name="sweep")
+warmstart_app = typer.Typer(help="The warm starts shipped with lze-bench: list them, rebuild and compare, ship one.",
+                            no_args_is_help=True)
+app.add_typer(warmstart_app, name="warmstart")
 
 
 @sweep_app.callback()
@@ -265,6 +268,58 @@ def bench(
     from lze_bench.bench import run_bench
 
     run_bench(what, overrides(ctx), json_path)
+
+
+@warmstart_app.command(name="list")
+@friendly_errors
+def warmstart_list():
+    """The shipped warm starts: recipe key, init seed, steps, held-out accuracy, where they were built."""
+    from lze_bench.backends.local import shipped
+
+    keys = shipped.shipped_keys()
+    if not keys:
+        typer.echo("no warm start is shipped with this install")
+    for key in keys:
+        typer.echo(shipped.describe(key))
+
+
+@warmstart_app.command(name="check")
+@friendly_errors
+def warmstart_check(
+    keys: Optional[list[str]] = typer.Argument(None, help="Recipe keys to rebuild (default: every shipped one)."),
+    threads: int = typer.Option(0, "--threads", help="torch CPU threads for the rebuild (0 = torch's default)."),
+):
+    """Rebuild shipped warm starts on this machine; exit 0 if the weights are identical, 1 if any differ."""
+    from lze_bench.backends.local import shipped
+    from lze_bench.backends.local.model import setup_torch
+    from lze_bench.backends.local.rebuild import check_shipped
+    from lze_bench.backends.local.warmstart import build_numerics, cpu_model
+
+    keys = keys or shipped.shipped_keys()
+    if not keys:
+        raise LzeBenchError("no warm start is shipped with this install; nothing to check")
+    setup_torch(threads)
+    here = build_numerics("cpu")
+    differ = 0
+    for key in keys:
+        typer.echo(f"{key}: rebuilding on {cpu_model()} ({here['cpu_capability']}, {here['threads']} thread(s))")
+        result = check_shipped(key)
+        gap = "" if result.identical else f"; max |shipped - rebuilt| = {result.max_gap:.3g}"
+        typer.echo(f"{key}: {'identical weights' if result.identical else 'weights DIFFER'}{gap}; held-out "
+                   f"accuracy shipped {result.shipped_accuracy:.3f}, rebuilt {result.rebuilt_accuracy:.3f}")
+        differ += not result.identical
+    if differ:
+        raise typer.Exit(code=1)
+
+
+@warmstart_app.command(name="ship")
+@friendly_errors
+def warmstart_ship(built: Path = typer.Argument(..., help="A built warm start: <cache>/warmstart/<key> "
+                                                            "(a run's config.yaml names it).")):
+    """Add a built warm start to the shipped ones (maintainers: the weights committed reports start from)."""
+    from lze_bench.backends.local import shipped
+
+    typer.echo(f"shipped as {shipped.ship(built)}")
 
 
 @app.command()

@@ -50,7 +50,7 @@ def inherit_site_packages(python: Path) -> None:
 
 def clean_env() -> dict:
     """This process's environment without what would put a checkout before the wheel."""
-    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LZE_BENCH_RECIPES")}
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LZE_BENCH_RECIPES", "LZE_BENCH_WARMSTARTS")}
 
 
 def run_cli(env_dir: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -79,3 +79,21 @@ def test_wheel_finds_builtin_and_local_recipes(wheel_venv, tmp_path):
     assert by_path.returncode == 0 and "2 jobs" in by_path.stdout, by_path.stderr + by_path.stdout
     missing = run_cli(wheel_venv, tmp_path, "sweep", "sweep=nowhere.yaml", "--dry-run")
     assert missing.returncode == 2 and "sweep=nowhere.yaml" in missing.stderr + missing.stdout
+
+
+def test_wheel_carries_the_shipped_warm_starts_with_their_checksums(wheel_venv, tmp_path):
+    """A wheel install starts from the same initial policies as the checkout: every shipped file, checksums
+    in order (`lze-bench warmstart list` reads them from the installed package)."""
+    from lze_bench.backends.local.shipped import INFO_FILE, PACKAGE_STORE
+
+    listed = run_cli(wheel_venv, tmp_path, "warmstart", "list")
+    assert listed.returncode == 0, listed.stderr + listed.stdout
+    keys = sorted(p.name for p in PACKAGE_STORE.glob("*") if (p / INFO_FILE).is_file())
+    assert keys, f"no shipped warm start in {PACKAGE_STORE}"
+    for key in keys:
+        assert key in listed.stdout
+    probe = ("from lze_bench.backends.local.shipped import PACKAGE_STORE, mismatched_files, shipped_keys;"
+             "print(PACKAGE_STORE); print([k for k in shipped_keys() if mismatched_files(PACKAGE_STORE / k)])")
+    out = subprocess.run([str(wheel_venv / "bin" / "python"), "-c", probe], cwd=tmp_path, env=clean_env(),
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert str(wheel_venv) in out[0] and out[1] == "[]"

@@ -407,3 +407,36 @@ def test_old_evals_parquet_is_refused_in_one_line(tmp_path):
         build(tmp_path / "runs")
     message = str(info.value)
     assert "\n" not in message and "no suite, settings_key column(s)" in message and "lze-bench eval run=" in message
+
+
+def _with_warm_starts(root: Path, per_seed: bool) -> Path:
+    """The fixture's runs with config.yaml's warm-start and machine blocks (as the local trainer writes them)."""
+    import yaml
+
+    machine = {"device": "cpu", "threads": 1, "cpu_capability": "AVX512", "cpu_vendor": "AuthenticAMD",
+               "cpu_model": "AMD EPYC", "torch": "2.13.0+cpu", "machine": "x86_64"}
+    for selector, seed in HELDOUT:
+        run_dir = make_run(root, selector, seed)
+        init = 1000 * seed if per_seed else 0
+        block = {"recipe_key": f"key{init}", "init_seed": init, "shipped": True, "heldout_accuracy": 0.4 + seed / 10}
+        atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(
+            {"selector": {"name": selector}, "seed": seed, "warmstart": block, "machine": machine}))
+    return root
+
+
+def test_report_says_what_its_intervals_vary_over_and_shows_each_initial_policys_pair(tmp_path):
+    out = main(_with_warm_starts(tmp_path / "per_seed", per_seed=True), name="per_seed", out_root=tmp_path)
+    text = (out / "report.md").read_text()
+    assert "Variation the intervals cover: training seeds and the initial policy" in text
+    assert "seed 0: init seed 0, 40.0 %, seed 1: init seed 1000, 50.0 % held-out" in text
+    assert "shipped with lze-bench" in text and "AMD EPYC (AuthenticAMD, AVX512), 1 torch thread(s)" in text
+    table = (out / "table1b.md").read_text()
+    assert "seed 0 (initial 40.0 %)" in table and "seed 1 (initial 50.0 %)" in table
+    assert "| held-out | lze | +15.0 | +10.0 |" in table  # lze minus uniform at the last eval, seed by seed
+    runs = pd.read_csv(out / "runs.csv")
+    assert set(runs["init_seed"]) == {0, 1000} and runs["machine"].str.contains("AMD EPYC").all()
+
+    shared = main(_with_warm_starts(tmp_path / "shared", per_seed=False), name="shared", out_root=tmp_path)
+    text = (shared / "report.md").read_text()
+    assert "training seeds only" in text and "say nothing about another initial policy" in text
+    assert not (shared / "table1b.md").exists()

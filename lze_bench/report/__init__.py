@@ -8,6 +8,8 @@ and writes `<out_root>/<name>/`:
                               (report/suites.py; `--eval-suite` chooses when a run holds several)
     table1.md .tex .csv       accuracy at equal compute (the FLOP budget) per selector, and its
                               difference to uniform on the same seed (paired; paired.py)
+    table1b.md .tex .csv      that difference per seed pair, when each pair has its own initial policy
+                              (initial.py; the report says what variation the intervals cover)
     table2.md .tex .csv       FLOPs to reach a fraction of uniform's gain over the initial
                               policy, as a ratio to uniform on the same seed (paired.py)
     table3.md .tex .csv       training FLOPs by phase, offline FLOPs, steps, rollout rounds per step, kept fraction,
@@ -33,6 +35,7 @@ from lze_bench.report.data import (accuracy_points, flop_budget, heldout_problem
                                    run_summary)
 from lze_bench.report.formats import benchmark_cells, budget_cells, cost_cells, latex, markdown, reach_cells, sci
 from lze_bench.report.document import report_md
+from lze_bench.report.initial import per_seed_cells, with_provenance
 from lze_bench.report.offline import charged_points, offline_summary
 from lze_bench.report.predictor import predictor_accuracy
 from lze_bench.report.suites import benchmark_table, choose, eval_results
@@ -99,7 +102,12 @@ def write_tables(report: dict, out: Path) -> dict[str, str]:
                 "same seed (mean ± 95% paired t-interval).")
     texts["table1"] = _write_table(out, "table1", budget_cells(report["table1"], budget), caption1,
                                    "tab:equal-compute", report["table1"])
-    _write_csv(out / "runs.csv", report["summary"])
+    per_seed = per_seed_cells(report["at_budget"], report["runs"])
+    if per_seed is not None:
+        texts["table1b"] = _write_table(out, "table1b", per_seed, "Δ vs uniform GRPO (points) per seed pair, each "
+                                        "pair starting from its own initial policy.", "tab:per-seed",
+                                        report["at_budget"])
+    _write_csv(out / "runs.csv", with_provenance(report["summary"], report["runs"]))
     _write_csv(out / "at_budget.csv", report["at_budget"])
     _write_csv(out / "points.csv", report["points"])
     if len(report["benchmarks"]):

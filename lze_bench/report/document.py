@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from lze_bench.report.initial import recipe_notes, variation_note
 from lze_bench.report.predictor import predictor_note, predictor_section
 from lze_bench.report.formats import sci
 from lze_bench.report.paired import heldout_standard_error
@@ -113,6 +114,7 @@ def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: li
         "during training; other benchmarks come from `lze-bench eval`. Runs of one seed are paired (same data "
         "order, same warm start), so each selector is compared with uniform GRPO seed by seed.",
         "",
+        *([note, ""] if (note := variation_note(report["runs"])) else []),
         *_eval_results(texts, report),
         f"## Table 1: accuracy at equal compute ({title1})",
         "",
@@ -122,6 +124,10 @@ def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: li
         "mean ± 95% paired t-interval over seeds, mean ± t(0.975, n−1)·sd/√n on the per-seed differences. "
         "Significant: that interval excludes 0 (a two-sided paired t-test at 5%); \"–\" with one pair.",
         "",
+        *(["### Table 1b: Δ vs uniform per seed pair (one initial policy each)", "", texts["table1b"],
+           "Each column is one seed pair and its own warm start (held-out accuracy of that initial policy in the "
+           "header): how each selector's Δ moves from one initial policy to another.", ""]
+          if "table1b" in texts else []),
         _sampling_error(report),
         "",
         _capped(report),
@@ -152,5 +158,6 @@ def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: li
         "",
     ]
     lines += predictor_section(report.get("predictor"), report.get("offline"), budget if has_budget else None)
+    lines += recipe_notes(sweep_dir)
     lines += _figures(figures)
     return "\n".join(lines).rstrip("\n") + "\n"

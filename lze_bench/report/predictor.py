@@ -95,7 +95,10 @@ def _offline_lines(offline: pd.DataFrame | None, budget: float | None) -> list[s
                           "stand in for the public models the authors label with)")
             built += ", shared by every run of the sweep"
         encoder = str(first["encoder"])
-        encoder = encoder[encoder.index("warmstart/"):] if "/warmstart/" in encoder else encoder  # not the cache path
+        for folder in ("/warmstarts/", "/warmstart/"):  # the shipped store's or the cache's: not the machine's path
+            if folder in encoder:
+                encoder = encoder[encoder.index(folder) + 1:]
+                break
         lines.append(f"Offline cost of {label}'s predictor ({NAMES.get(first['predictor'], first['predictor'])}, "
                      f"encoder `{encoder}`): {', '.join(parts)}; total {sci(float(first['total']))} FLOPs"
                      f"{share}, per run (seed mean {sci(float(group['total'].mean()))}){built}.")

@@ -64,6 +64,9 @@ class SweepSpec:
     # jobs paired, since pairing ignores the selector's own settings
     selector_overrides: Dict[str, List[str]] = field(default_factory=dict)
     eval: List[str] = field(default_factory=list)  # `lze-bench eval sweep_dir=...` overrides of the step after
+    # what a reader of its report must know that no ledger holds (how it reproduces on another machine, ...):
+    # kept in manifest.json, printed by `lze-bench report` under "Notes from the recipe"
+    notes: List[str] = field(default_factory=list)
 
     def __post_init__(self):
         for key, values in self.grid.items():

@@ -72,6 +72,7 @@ class SweepPlan:
     jobs: list[PlannedJob]
     launcher: dict  # the resolved launcher node shared by every job
     pairs: dict[str, list[str]] = field(default_factory=dict)  # pair_key -> job names
+    manifest_extra: dict = field(default_factory=dict)  # the recipe's `notes`, kept in manifest.json for the report
 
 
 def _value_str(value) -> str:
@@ -189,7 +190,8 @@ def plan_jobs(spec, train_args: list[str], sweep_dir: Path, name: str) -> SweepP
             )
         )
     _check_unique(jobs)
-    plan = SweepPlan(name=name, sweep_dir=sweep_dir, jobs=jobs, launcher=launcher or {})
+    plan = SweepPlan(name=name, sweep_dir=sweep_dir, jobs=jobs, launcher=launcher or {},
+                     manifest_extra={"notes": [str(n) for n in getattr(spec, "notes", None) or []]})
     for job in jobs:
         plan.pairs.setdefault(job.pair_key, []).append(job.name)
     _warn_unpaired(plan)

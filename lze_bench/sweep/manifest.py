@@ -95,6 +95,7 @@ def merge_plan(data: dict, plan) -> dict:
         entry.update(job.manifest_fields(plan.sweep_dir))
         data["jobs"][job.name] = entry
     data["launcher"] = plan.launcher
+    data.update(getattr(plan, "manifest_extra", {}))  # the recipe's notes as it reads now
     data["pairs"] = {}
     for name, entry in data["jobs"].items():
         if entry.get("pair_key"):

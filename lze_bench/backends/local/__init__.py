@@ -46,6 +46,12 @@ class LocalBackendConfig:
     warmstart_lr: float = 3e-3
     warmstart_warmup: int = 30  # linear warm-up steps, then cosine decay to 10%
     init_seed: int = 0  # weight init + warm-start data order (shared by every run of a comparison)
+    # one warm start per seed (init seed init_seed + 1000 * seed; both runs of a seed pair share it), so the report's
+    # intervals cover what another initial policy would do; false: every run starts from init_seed's
+    warmstart_per_seed: bool = False
+    # shipped: the package's weights for this recipe where it ships them (the same on every machine), else
+    # built here; build: always built on this machine (cached by recipe and machine; warmstart.py)
+    warmstart: str = "shipped"
     lr_warmup_steps: int = 10  # GRPO lr ramps linearly over the first K steps (Adam's first steps are sign steps)
     eval_size: int = 300  # held-out problems evaluated (greedy) every trainer.eval_every steps
     gen_chunk_size: int = 256  # sequences per generation batch
@@ -62,6 +68,8 @@ class LocalBackendConfig:
         for key in ("warmstart_batch_size", "eval_size", "gen_chunk_size", "max_gen_rounds"):
             require(getattr(self, key) > 0, f"backend.{key}", f"must be > 0, got {getattr(self, key)}")
         require(self.warmstart_lr > 0, "backend.warmstart_lr", f"must be > 0, got {self.warmstart_lr}")
+        require(self.warmstart in ("shipped", "build"), "backend.warmstart",
+                f"must be shipped or build, got {self.warmstart!r}")
         require(self.rollout_store_groups >= -1, "backend.rollout_store_groups", "must be >= 0, or -1 (auto)")
 
 

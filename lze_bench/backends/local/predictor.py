@@ -89,10 +89,13 @@ def head_features(cfg, questions: list[str], inner, run_dir, device, grader):
     return serve_head(selector.predictor_path, encoder, questions, inner, run_dir, "checkpoint", {})
 
 
-def head_key(recipe, labeler_key: str, task_cfg, trainer_cfg) -> str:
+def head_key(recipe, labeler_key: str, task_cfg, trainer_cfg, numerics: dict) -> str:
+    """`numerics`: the machine's (warmstart.build_numerics): labelling rollouts and training on another thread
+    count or processor give another head, so it is built and cached apart."""
     sampling = {k: getattr(trainer_cfg, k) for k in ("max_new_tokens", "temperature", "top_p")}
     blob = json.dumps({"format": BUILD_FORMAT, "recipe": _plain(recipe), "labelers": labeler_key,
-                       "task": _plain(task_cfg), "sampling": sampling}, sort_keys=True, default=str)
+                       "task": _plain(task_cfg), "sampling": sampling, "numerics": numerics},
+                      sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -107,24 +110,24 @@ def split_questions(count: int, recipe) -> tuple[np.ndarray, np.ndarray]:
 
 def labeler_dirs(cfg, device, grader) -> tuple[list[Path], str]:
     """The labelling models' directories (snapshots) and their warm start's key."""
-    from lze_bench.backends.local.warmstart import ensure_warmstart, snapshot_dir, warmstart_key
+    from lze_bench.backends.local.warmstart import ensure_warmstart, snapshot_dir
 
     recipe = cfg.backend.predictor
     steps = sorted(int(s) for s in recipe.labeler_steps)
     backend = dataclasses.replace(cfg.backend, init_seed=recipe.labeler_seed, warmstart_steps=steps[-1])
     directory = ensure_warmstart(cfg.model, cfg.task, backend, device, grader, snapshots=steps)
-    key, _ = warmstart_key(cfg.model, cfg.task, backend, device.type, steps)
-    return [snapshot_dir(directory, s) for s in steps], key
+    # the key of the build that made these weights (shipped or built here) names them, whichever machine built it
+    return [snapshot_dir(directory, s) for s in steps], str(read_warmstart(directory)["key"])
 
 
 def ensure_head(cfg, device, grader) -> Path:
     """The cached head directory for this config (`head.pt` + `info.json`), built first if missing."""
     from filelock import FileLock
 
-    from lze_bench.backends.local.warmstart import cache_root
+    from lze_bench.backends.local.warmstart import build_numerics, cache_root
 
     dirs, labeler_key = labeler_dirs(cfg, device, grader)  # the labellers' warm start: built first if missing
-    key = head_key(cfg.backend.predictor, labeler_key, cfg.task, cfg.trainer)
+    key = head_key(cfg.backend.predictor, labeler_key, cfg.task, cfg.trainer, build_numerics(device.type))
     root = cache_root(cfg.backend) / "predictor"
     target = root / key
     if (target / INFO_FILE).exists():

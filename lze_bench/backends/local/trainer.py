@@ -52,7 +52,11 @@ from lze_bench.rundir import (CONFIG, atomic_write_text, clear_progress, config_
 log = logging.getLogger(__name__)
 
 HELDOUT_FILE = "heldout.jsonl"
-_VOLATILE = ("threads", "stop_after_steps")  # backend knobs that do not change results
+# backend knobs that do not change a run's numbers, so a resume may change them: stop_after_steps only slices
+# the run; threads is proven by tests/test_warmstart.py::test_the_thread_count_changes_no_number_of_an_rl_run
+# (1 and 2 threads: equal ledgers and weights). The warm start is another matter: its build depends on the
+# thread count and the processor, so it is shipped, or keyed on both (warmstart.py).
+_VOLATILE = ("threads", "stop_after_steps")
 
 
 def _identity(container: dict) -> str:
@@ -139,6 +143,12 @@ def train(cfg) -> Path:
     return run_dir
 
 
+def _is_shipped(directory: Path) -> bool:
+    from lze_bench.backends.local.shipped import store
+
+    return Path(directory).resolve().parent == store().resolve()
+
+
 class _Session:
     """One invocation of a run: set up (or resume), loop, finish."""
 
@@ -146,7 +156,7 @@ class _Session:
         self.cfg, self.container, self.run_dir, self.grader = cfg, container, run_dir, grader
 
     def _policy_source(self, device) -> tuple[Path | str, dict]:
-        from lze_bench.backends.local.warmstart import ensure_warmstart, read_info
+        from lze_bench.backends.local.warmstart import ensure_warmstart, policy_backend, read_info
 
         if self.cfg.model.path:
             return self.cfg.model.path, {"warmstart": None}
@@ -154,10 +164,12 @@ class _Session:
         def report(done, total, note):  # `sweep status` shows it while the ledger is still empty
             write_progress(self.run_dir, "warm start", done, total, note)
 
-        directory = ensure_warmstart(self.cfg.model, self.cfg.task, self.cfg.backend, device, self.grader, report)
+        backend = policy_backend(self.cfg.backend, self.cfg.seed)
+        directory = ensure_warmstart(self.cfg.model, self.cfg.task, backend, device, self.grader, report)
         info = read_info(directory)
-        summary = {k: info.get(k) for k in ("key", "steps", "time_s", "flops", "parameters", "heldout_accuracy",
-                                            "heldout_by_level")}
+        summary = {k: info.get(k) for k in ("key", "recipe_key", "steps", "time_s", "flops", "parameters",
+                                            "heldout_accuracy", "heldout_by_level", "built_on")}
+        summary["init_seed"], summary["shipped"] = backend.init_seed, _is_shipped(directory)
         return directory, {"warmstart": {"dir": str(directory), **summary}}
 
     def setup(self):
@@ -178,6 +190,10 @@ class _Session:
         device = resolve_device(cfg.device)
         self.run_dir.mkdir(parents=True, exist_ok=True)  # first: the warm start reports into it
         initial, extra = self._policy_source(device)
+        from lze_bench.backends.local.warmstart import build_numerics, cpu_model
+
+        # where this invocation computes: the report names it (thread count and processor change the numbers)
+        extra["machine"] = {**build_numerics(device.type), "cpu_model": cpu_model()}
         _write_config(self.run_dir, self.container, extra)
         resume = latest_checkpoint(self.run_dir)
         self.updates = resume[0] if resume else 0

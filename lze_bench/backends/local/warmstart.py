@@ -1,23 +1,37 @@
-"""Supervised warm start of the tiny policy, cached and shared by every run of a comparison.
+"""Supervised warm start of the tiny policy: shipped with the package, else built and cached.
 
-Issue 4 "Policy": RL from random weights learns nothing in minutes, and a
-short warm start with loss on the whole sequence barely solves the easiest
-level. So the warm start is designed: loss on the solution tokens (and EOS)
-only, short worked steps (tasks/synthetic.py), a fixed number of AdamW steps
-with linear warm-up and cosine decay to 10% of the peak rate.
+RL from random weights learns nothing in minutes, and a short warm start with
+loss on the whole sequence barely solves the easiest level. So the warm start
+is designed: loss on the solution tokens (and EOS) only, short worked steps
+(tasks/synthetic.py), a fixed number of AdamW steps with linear warm-up and
+cosine decay to 10% of the peak rate.
 
-The result is an ordinary HF directory under
-`<cache>/warmstart/<key>/` (cache: `backend.cache_dir`, else env
-LZE_BENCH_CACHE, else ~/.cache/lze-bench). `key` hashes everything that shapes
-the weights (model config, the task fields that fix the `sft` split, the
-warm-start knobs, the tokenizer, torch version, device type) and nothing that
-differs between the runs of a comparison (selector, seed, trainer knobs), so
-all selectors and seeds start from the same weights. A file lock
-(`<cache>/warmstart/<key>.lock`, the `filelock` library: an OS lock that is
-released when its holder dies, so a killed job leaves none behind) makes
-concurrent sweep jobs build it once: the first builds into a temporary folder
-and renames it; the others wait on the lock, then load. `warmstart.json`
-records the recipe, the cost and the held-out accuracy per level.
+Two keys (measured: the same recipe built with 1 and 2 torch threads, or on
+another processor, gives other weights, 34.7 % / 37.0 % / 44 % held-out):
+- the *recipe key* hashes what the recipe asks for (model config, the task
+  fields that fix the `sft` split, the warm-start knobs, the tokenizer) and
+  nothing about the machine. It names a **shipped** warm start
+  (lze_bench/backends/local/shipped.py): the weights the committed reports
+  used, in the package with their checksums, so every machine starts from
+  them (`backend.warmstart=shipped`, the default, where the recipe has one);
+- the *build key* adds what changes the numbers of a build on this machine
+  (torch version, device, CPU threads, the CPU's vendor and kernel ISA, or
+  the GPU's name). A recipe that ships nothing, or `backend.warmstart=build`,
+  is built here and cached under `<cache>/warmstart/<build key>/`
+  (cache: `backend.cache_dir`, else env LZE_BENCH_CACHE, else
+  ~/.cache/lze-bench). `lze-bench warmstart check` rebuilds a shipped recipe
+  here and says whether the weights match.
+Neither key holds what differs between the runs of a comparison (selector,
+seed, trainer knobs), so all selectors of a seed start from the same weights;
+with `backend.warmstart_per_seed=true` each seed gets its own warm start
+(init seed `backend.init_seed + 1000 * seed`), shared by the selectors of that seed.
+
+A file lock (`<cache>/warmstart/<key>.lock`, the `filelock` library: an OS
+lock that is released when its holder dies, so a killed job leaves none
+behind) makes concurrent sweep jobs build it once: the first builds into a
+temporary folder and renames it; the others wait on the lock, then load.
+`warmstart.json` records the recipe, the machine it was built on, the cost
+and the held-out accuracy per level.
 
 Progress: the builder writes its step count to `<cache>/warmstart/<key>.progress.json`
 as it goes, and `ensure_warmstart(..., report=)` passes it on, to the builder
@@ -25,17 +39,19 @@ and (polled every 2 s) to the jobs waiting on the lock; the trainer writes it
 into the run's progress.json, so `sweep status` shows "warm start 120/300"
 instead of a run stuck at step 0 for minutes.
 
-Data order and initial weights come from `backend.init_seed`, never the run's
-`seed`. Batches are consecutive slices of a permutation of the `sft` split.
+Data order and initial weights come from the init seed, never the run's
+`seed` directly. Batches are consecutive slices of a permutation of the `sft` split.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import math
 import os
+import platform
 import shutil
 import time
 from dataclasses import asdict
@@ -59,9 +75,8 @@ def cache_root(backend_cfg) -> Path:
     return Path(root).expanduser()
 
 
-def warmstart_key(model_cfg, task_cfg, backend_cfg, device_type: str, snapshots=()) -> tuple[str, dict]:
-    import torch
-
+def recipe_of(model_cfg, task_cfg, backend_cfg, snapshots=()) -> dict:
+    """What the recipe asks for, machine-free: the shipped warm starts are looked up by its hash."""
     task = {k: v for k, v in _plain(task_cfg).items() if k != "num_train"}
     recipe = {
         "format": WARMSTART_FORMAT,
@@ -73,13 +88,71 @@ def warmstart_key(model_cfg, task_cfg, backend_cfg, device_type: str, snapshots=
         "warmup": backend_cfg.warmstart_warmup,
         "init_seed": backend_cfg.init_seed,
         "tokenizer": [tok_module.CHARACTERS, tok_module.SPECIALS, tok_module.PROMPT_TEMPLATE],
-        "torch": ".".join(torch.__version__.split(".")[:2]),
-        "device": device_type,
     }
     if snapshots:  # only builds that keep intermediate checkpoints (ASTRAL's labellers) key on them
         recipe["snapshots"] = sorted(int(s) for s in snapshots)
-    blob = json.dumps(recipe, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:12], recipe
+    return recipe
+
+
+def recipe_key(recipe: dict) -> str:
+    return _hash(recipe)
+
+
+def _hash(data: dict) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def build_numerics(device_type: str) -> dict:
+    """What changes the numbers of a build here besides its recipe: torch's version, the device, and on CPU
+    the thread count and the processor (vendor and kernel ISA: MKL and ATen pick their kernels by them)."""
+    import torch
+
+    numerics = {"torch": str(torch.__version__), "device": str(device_type)}
+    if device_type == "cpu":
+        numerics.update(threads=torch.get_num_threads(), cpu_capability=str(torch.backends.cpu.get_cpu_capability()),
+                        cpu_vendor=cpu_vendor(), machine=platform.machine())
+    elif device_type == "cuda":
+        numerics["gpu"] = str(torch.cuda.get_device_name())
+    return numerics
+
+
+def cpu_vendor() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def warmstart_key(model_cfg, task_cfg, backend_cfg, device_type: str, snapshots=()) -> tuple[str, dict]:
+    """(build key, recipe): the cache folder of a warm start built on this machine with this recipe."""
+    recipe = recipe_of(model_cfg, task_cfg, backend_cfg, snapshots)
+    return _hash({"recipe": recipe, "numerics": build_numerics(device_type)}), recipe
+
+
+PER_SEED_STRIDE = 1000  # init seeds of per-seed warm starts: far from ASTRAL's labeller seed (1) and small seeds
+
+
+def policy_backend(backend_cfg, seed: int):
+    """The backend config whose warm start a run with `seed` starts from: with `warmstart_per_seed`, init seed
+    `init_seed + 1000 * seed`, so seed 0 keeps the shared warm start, all selectors of a seed share theirs, and
+    no seed's policy is ASTRAL's labelling model (`backend.predictor.labeler_seed`, 1 by default)."""
+    if not getattr(backend_cfg, "warmstart_per_seed", False):
+        return backend_cfg
+    return dataclasses.replace(backend_cfg, init_seed=int(backend_cfg.init_seed) + PER_SEED_STRIDE * int(seed),
+                               warmstart_per_seed=False)
 
 
 def _plain(node) -> dict:
@@ -113,6 +186,12 @@ def ensure_warmstart(model_cfg, task_cfg, backend_cfg, device, grader, report: R
     `snapshots`: warm-start steps after which a copy of the policy is also kept, in
     `<dir>/snapshots/step_NNNNNN/` (ASTRAL's labelling models, lze_bench/backends/local/predictor.py).
     """
+    if getattr(backend_cfg, "warmstart", "shipped") == "shipped":
+        from lze_bench.backends.local.shipped import find_shipped
+
+        shipped = find_shipped(recipe_key(recipe_of(model_cfg, task_cfg, backend_cfg, snapshots)))
+        if shipped is not None:
+            return shipped
     key, recipe = warmstart_key(model_cfg, task_cfg, backend_cfg, device.type, snapshots)
     root = cache_root(backend_cfg) / "warmstart"
     target = root / key
@@ -140,7 +219,9 @@ def ensure_warmstart(model_cfg, task_cfg, backend_cfg, device, grader, report: R
         tmp = root / f".tmp-{key}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         info = _build(model_cfg, task_cfg, backend_cfg, device, grader, tmp, building, snapshots)
-        atomic_write_json(tmp / INFO_FILE, {"key": key, "recipe": recipe, **info})
+        atomic_write_json(tmp / INFO_FILE, {"key": key, "recipe_key": recipe_key(recipe), "recipe": recipe,
+                                            "built_on": {**build_numerics(device.type), "cpu_model": cpu_model()},
+                                            **info})
         shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
         shared.unlink(missing_ok=True)
