@@ -168,6 +168,7 @@ def test_each_seed_pair_gets_its_own_warm_start_with_warmstart_per_seed(tmp_path
     assert dirs["uniform", 1]["dir"] == dirs["lze", 1]["dir"]  # a seed pair shares its initial policy
 
 
+@pytest.mark.slow  # two real runs at the default policy's size (about a minute on 2 cores): .ci/run runs it
 def test_the_thread_count_changes_no_number_of_an_rl_run(tmp_path):
     """backend.threads stays out of a run's identity (a resume may change it): this is the proof, at the
     default policy's size and batch (from random weights, so no warm start is built)."""

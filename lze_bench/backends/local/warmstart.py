@@ -117,19 +117,18 @@ def build_numerics(device_type: str) -> dict:
 
 
 def cpu_vendor() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("vendor_id"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    return _cpuinfo("vendor_id")
 
 
 def cpu_model() -> str:
+    return _cpuinfo("model name")
+
+
+def _cpuinfo(field: str) -> str:
+    """A field of the first processor in /proc/cpuinfo (Linux); platform.processor() elsewhere."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith(field):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
