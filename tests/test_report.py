@@ -428,7 +428,7 @@ def test_report_says_what_its_intervals_vary_over_and_shows_each_initial_policys
     out = main(_with_warm_starts(tmp_path / "per_seed", per_seed=True), name="per_seed", out_root=tmp_path)
     text = (out / "report.md").read_text()
     assert "Variation the intervals cover: training seeds and the initial policy" in text
-    assert "seed 0: init seed 0, 40.0 %, seed 1: init seed 1000, 50.0 % held-out" in text
+    assert "seed 0: init seed 0, 40.0 %; seed 1: init seed 1000, 50.0 %." in text
     assert "shipped with lze-bench" in text and "AMD EPYC (AuthenticAMD, AVX512), 1 torch thread(s)" in text
     table = (out / "table1b.md").read_text()
     assert "seed 0 (initial 40.0 %)" in table and "seed 1 (initial 50.0 %)" in table

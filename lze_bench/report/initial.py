@@ -71,9 +71,9 @@ def variation_note(runs) -> str:
     policies = initial_policies(runs)
     if policies.empty:
         return ""
-    shipped = "shipped with lze-bench (the same weights on every machine)" if policies["shipped"].all() else \
-        "built on the machine that ran them (weights depend on its threads and processor)"
-    accuracy = ", ".join(f"seed {r.seed}: init seed {r.init_seed}, {_pct(r.heldout)}" for r in policies.itertuples())
+    shipped = "shipped with lze-bench, the same weights on every machine" if policies["shipped"].all() else \
+        "built on the machine that ran them, so their weights depend on its threads and processor"
+    accuracy = "; ".join(f"seed {r.seed}: init seed {r.init_seed}, {_pct(r.heldout)}" for r in policies.itertuples())
     if policies["recipe_key"].nunique() > 1:
         head = ("Variation the intervals cover: training seeds and the initial policy. Each seed pair starts from "
                 "its own warm start (`backend.warmstart_per_seed=true`), so the intervals over seeds include what "
@@ -84,7 +84,8 @@ def variation_note(runs) -> str:
                 "(`backend.warmstart_per_seed=true` gives each seed pair its own).")
     where = machines(runs)
     machine = f" RL runs computed on {'; '.join(where)}." if where else ""
-    return f"{head} Warm starts ({shipped}): {accuracy} held-out.{machine}"
+    return (f"{head} Warm starts, {shipped} (their own held-out accuracy at the end of the warm start): "
+            f"{accuracy}.{machine}")
 
 
 def per_seed_cells(at_budget: pd.DataFrame, runs) -> tuple[list[str], list[list[str]]] | None:
