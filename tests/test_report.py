@@ -407,3 +407,21 @@ def test_old_evals_parquet_is_refused_in_one_line(tmp_path):
         build(tmp_path / "runs")
     message = str(info.value)
     assert "\n" not in message and "no suite, settings_key column(s)" in message and "lze-bench eval run=" in message
+
+
+@pytest.mark.parametrize("damage", [b'{"stopped_by": "bud', b"\xff\xfe", b"[1, 2]"])
+def test_a_damaged_done_is_one_line_naming_it_and_left_as_is(tmp_path, damage):
+    from typer.testing import CliRunner
+
+    from lze_bench.cli import app
+
+    run = make_run(tmp_path / "runs", "uniform", 0)
+    (run / "DONE").write_bytes(damage)
+    result = CliRunner().invoke(app, ["report", str(tmp_path / "runs"), "--out-root", str(tmp_path / "out")])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith(f"error: {run / 'DONE'} is damaged and was left as is") and "empty it" in lines[0]
+    assert (run / "DONE").read_bytes() == damage and not any(p.is_file() for p in (tmp_path / "out").rglob("*"))
+    (run / "DONE").write_text("")  # what the message offers: the run is reported, without its stop reason
+    report = build(tmp_path / "runs")
+    assert report["table3"]["label"].tolist() == ["uniform"]

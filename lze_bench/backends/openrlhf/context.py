@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import shutil
 from pathlib import Path
 
@@ -29,8 +30,8 @@ from lze_bench.backends.openrlhf.accounting import ledger_row, rollout_rows
 from lze_bench.backends.openrlhf.selection import StepDriver
 from lze_bench.backends.openrlhf.trim import trained_masks, trim_unit
 from lze_bench.data_order import DataOrder
-from lze_bench.errors import LzeBenchError
-from lze_bench.ledger import Ledger, RolloutLog
+from lze_bench.errors import LzeBenchError, damaged_file
+from lze_bench.ledger import Ledger, RolloutLog, run_file_fix
 from lze_bench.rollout_store import RolloutStore
 from lze_bench.rundir import checkpoint_dir, mark_checkpoint_complete, selector_state_path
 
@@ -241,8 +242,13 @@ class RunContext:
         path = self._store_path(steps_done)
         if not path.exists():
             raise LzeBenchError(f"resume at step {steps_done}: missing replay store {path}; use a new run_dir")
+        try:
+            groups = list(torch.load(path, map_location="cpu", weights_only=False)["groups"])
+        except (RuntimeError, EOFError, OSError, ValueError, KeyError, TypeError, pickle.UnpicklingError) as exc:
+            # checked before the store changes, so a failed resume leaves both the file and the store as they were
+            raise damaged_file(path, exc, run_file_fix(self.run_dir)) from exc
         self.store.groups.clear()
-        for group in torch.load(path, map_location="cpu", weights_only=False)["groups"]:
+        for group in groups:
             self.store.put(group)
 
     def client_state(self) -> dict:
