@@ -145,11 +145,20 @@ def submit(executor, plan, data: dict, names: list[str]) -> None:
 
 
 def run_sweep(plan, wait: bool = True, poll_s: float = 5.0, command_line: list[str] = ()) -> dict:
-    """Submit what is not done or running; with `wait`, block until all jobs end. Returns the manifest."""
+    """Submit what is not done or running; with `wait`, block until all jobs end. Returns the manifest.
+
+    One process per sweep directory, for the whole call (runlock.py): two pollers would both resubmit
+    a job they see fail and overwrite each other's manifest. `sweep status` only reads, so it is not locked."""
+    from lze_bench.runlock import hold_run_dir
+
     kind = plan.launcher["name"]
     if kind == "local" and not wait:
         raise LzeBenchError("wait=false needs launcher=slurm: local jobs are throttled by this process; use wait=true")
-    plan.sweep_dir.mkdir(parents=True, exist_ok=True)
+    with hold_run_dir(plan.sweep_dir, "sweep", key="", name=f"sweep directory {str(plan.sweep_dir)!r}"):
+        return _submit_and_wait(plan, kind, wait, poll_s, command_line)
+
+
+def _submit_and_wait(plan, kind: str, wait: bool, poll_s: float, command_line) -> dict:
     data = merge_plan(load_manifest(plan.sweep_dir) or new_manifest(plan, list(command_line)), plan)
     statuses = refresh(plan, data, kind)
     todo = [j.name for j in plan.jobs if statuses[j.name][0] in ("new", "failed")]
