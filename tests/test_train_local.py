@@ -377,3 +377,44 @@ def test_openrlhf_refuses_held_out_evals_it_cannot_run(tmp_path):
                                  "trainer.flop_budget=1e12", "trainer.eval_every_flops=1e11", f"run_dir={tmp_path / 'x'}"])
     assert "trainer.eval_every_flops" in one_error_line(result)
     assert "trainer.checkpoint_every_flops" in one_error_line(result)
+
+
+def test_a_resume_on_other_training_data_is_refused_in_one_line(tmp_path, cache_dir, resumable_run):
+    """data.json records the rows the run started on; here it says 63 train prompts (as if the task's
+    generator had changed since) and the same command now loads 64: the resume is refused, nothing cut."""
+    import json
+
+    from lze_bench.fingerprint import fingerprint
+    from lze_bench.tasks.synthetic import SyntheticTaskConfig, load_split
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(resumable_run, run_dir)
+    record = json.loads((run_dir / "data.json").read_text())
+    task = yaml.safe_load((run_dir / "config.yaml").read_text())["task"]
+    rows = load_split("train", SyntheticTaskConfig(**task))
+    assert record["train"] == fingerprint(rows) and record["train"]["rows"] == 64 and record["heldout"]["rows"] == 12
+    record["train"] = fingerprint(rows[:-1])
+    (run_dir / "data.json").write_text(json.dumps(record))
+    ledger = (run_dir / "ledger.parquet").read_bytes()
+    line = one_error_line(train(run_dir, cache_dir, *RESUMABLE))
+    assert line.startswith(f"error: {run_dir / 'data.json'}: the run started on 63 (sha256 ")
+    assert "train rows and task=synthetic now gives 64 (sha256 " in line and "new run_dir=PATH" in line
+    assert (run_dir / "ledger.parquet").read_bytes() == ledger and not is_done(run_dir)
+
+
+def test_a_resume_exactly_at_an_epoch_boundary_continues_with_the_next_epoch(tmp_path, cache_dir):
+    """8 prompts, 4 a step: the checkpoint after step 2 ends epoch 0; the resumed steps 2-3 roll out
+    epoch 1's order, as the unbroken run does."""
+    from lze_bench.data_order import DataOrder
+
+    common = ["task.num_train=8", "trainer.steps=4", "trainer.checkpoint_every=2", "trainer.eval_every=4"]
+    unbroken, broken = tmp_path / "unbroken", tmp_path / "broken"
+    ok(train(unbroken, cache_dir, *common))
+    ok(train(broken, cache_dir, *common, "backend.stop_after_steps=3"))  # step 2 is lost, checkpoint at 2
+    ok(train(broken, cache_dir, *common))
+    order = DataOrder(8, 0)
+    expected = [sorted(order.permutation(epoch)[i:i + 4].tolist()) for epoch in (0, 1) for i in (0, 4)]
+    for run_dir in (unbroken, broken):
+        rollouts = read_rollouts(run_dir)
+        assert [sorted(rollouts[rollouts["step"] == s]["prompt_id"].tolist()) for s in range(4)] == expected
+        assert (read_ledger(run_dir)["prompts_dropped"] == 0).all()

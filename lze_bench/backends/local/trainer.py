@@ -192,6 +192,11 @@ class _Session:
         self.flop_model = FlopModel.from_torch_model(model)
         rows = load_split("train", cfg.task)
         self.test_rows = load_split("test", cfg.task)[: cfg.backend.eval_size]
+        from lze_bench.fingerprint import check_data, fingerprint
+
+        # before the resume cuts anything back: a refused resume leaves the run directory as it was
+        check_data(self.run_dir, {"train": fingerprint(rows), "heldout": fingerprint(self.test_rows)},
+                   f"task={cfg.task.name}")
         prompts = encode_prompts(tokenizer, [r["problem"] for r in rows])
         longest = max(len(p) for p in prompts) + trainer.max_new_tokens
         limit = getattr(model.config, "max_position_embeddings", None)
