@@ -326,3 +326,24 @@ def test_a_prompt_without_room_for_the_answer_is_refused_before_generation(tiny_
     entries = _eval([f"model={tiny_checkpoint}", f"out_dir={out}", "eval=synthetic", "limit=2",
                      "eval.max_new_tokens=6", "grading.workers=1", "eval.min_answer_tokens=6"])
     assert entries[0]["cut_prompt_frac"] == 0.0
+
+
+def test_a_finished_result_is_not_reused_for_a_changed_benchmark_file(tiny_checkpoint, tmp_path):
+    """The same settings on a gsm8k file whose first answer changed: the finished result is not passed off
+    as this file's; one line names its summary.json, and nothing is written."""
+    root, out = tmp_path / "data", tmp_path / "out"
+    shutil.copytree(DATA / "gsm8k", root / "gsm8k")
+    overrides = [f"model={tiny_checkpoint}", f"out_dir={out}", *SMOKE, f"data.root={root}", "eval.benchmarks=[gsm8k]"]
+    key = _eval(overrides)[0]["settings_key"]
+    summary = out / key / "summary.json"
+    assert json.loads(summary.read_text())["gsm8k"]["data"]["rows"] == 2
+    _eval(overrides)  # unchanged: reused
+    test = root / "gsm8k" / "test.jsonl"
+    rows = [json.loads(line) for line in test.read_text().splitlines()]
+    rows[0]["answer"] = rows[0]["answer"] + "0"
+    test.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    before = summary.read_bytes()
+    line = _one_line(_eval_cli(overrides))
+    assert line.startswith(f"error: {summary}: gsm8k was evaluated on 2 rows (sha256 ")
+    assert f"its data now gives 2 (sha256 " in line and f"move {out / key} away to evaluate it again" in line
+    assert summary.read_bytes() == before

@@ -47,6 +47,7 @@ from lze_bench.errors import LzeBenchError
 from lze_bench.evaluation.outputs import (append_to_run, finished, print_summary, read_summary, results_dir,
                                           write_samples, write_summary)
 from lze_bench.evaluation.settings import seed_settings, settings_key
+from lze_bench.fingerprint import fingerprint
 from lze_bench.rundir import CONFIG, EVALS, list_checkpoints
 
 logger = logging.getLogger(__name__)
@@ -215,6 +216,9 @@ def evaluate_target(target: Target, options, per_seed: list[dict], data: dict, g
     summaries = {key: read_summary(folder) for key, folder in folders.items()}
     todo = {key: [name for name in names if not finished(folders[key], name, key, summaries[key])] for key in folders}
     for key, folder in folders.items():
+        for name in set(names) - set(todo[key]):
+            check_same_rows(folder, name, summaries[key][name], data[name])
+    for key, folder in folders.items():
         skipped = [name for name in names if name not in todo[key]]
         if skipped:
             logger.info("%s: already evaluated with settings %s: %s", target.checkpoint, key, ", ".join(skipped))
@@ -281,7 +285,22 @@ def evaluate_benchmark(name: str, rows: list[dict], target: Target, folder: Path
         "max_new_tokens_used": min((r.max_new_tokens for r in results), default=None), **cut,
         "generation_backend": generator.name, "device": options.device, "settings": settings,
         "grading_timeout_s": options.grading.timeout_s, "dtype": options.generation.dtype,
+        "data": fingerprint(rows),
     }
+
+
+def check_same_rows(folder: Path, name: str, entry: dict, rows: list[dict]) -> None:
+    """A finished result is reused only for the rows it was computed on (its `data` fingerprint): a benchmark
+    file replaced since would otherwise be reported with the old file's accuracy. Results from before the
+    fingerprint was recorded are reused as they are."""
+    from lze_bench.evaluation.outputs import SUMMARY
+
+    was, now = entry.get("data"), fingerprint(rows)
+    if isinstance(was, dict) and (was.get("rows"), was.get("sha256")) != (now["rows"], now["sha256"]):
+        raise LzeBenchError(
+            f"{Path(folder) / SUMMARY}: {name} was evaluated on {was.get('rows')} rows (sha256 "
+            f"{str(was.get('sha256'))[:12]}) and its data now gives {now['rows']} (sha256 {now['sha256'][:12]}); "
+            f"restore the benchmark file it was evaluated on, or move {folder} away to evaluate it again")
 
 
 def benchmark_messages(name: str, rows: list[dict], suite) -> list:
