@@ -128,7 +128,8 @@ def append_to_run(run: Path, step: int | None, checkpoint: str, entries: list[di
             **{column: entry.get(column, float("nan")) for column in ("cut_response_frac", "cut_prompt_frac")},
         })
     old = read_evals(run)
-    log_evals(run, rows, recorded=zip(old["checkpoint"], old["benchmark"], old["settings_key"]))
+    log_evals(run, rows, recorded=list(zip(old["checkpoint"], old["benchmark"], old["settings_key"])),
+              history=old.to_dict("records"))
     append_eval_rows(run, rows)
 
 
