@@ -241,7 +241,7 @@ def test_dry_run_slurm_prints_job_script_field_by_field(tmp_path):
         f"#SBATCH --output={log_dir}/%j_0_log.out",
         "#SBATCH --partition=gpu",
         "#SBATCH --requeue",
-        "#SBATCH --signal=USR2@90",
+        "#SBATCH --signal=USR2@180",  # launcher.signal_delay_s: the step in hand is saved
         "#SBATCH --time=1440",
         "#SBATCH --wckey=submitit",
     ]

@@ -294,3 +294,19 @@ def test_a_damaged_replay_store_fails_the_resume_in_one_line_and_is_left_as_is(t
     assert message.startswith(f"{path} is damaged and was left as is (") and "\n" not in message
     assert "restore it from a copy, or start the run over" in message
     assert path.read_bytes() == damaged and list(read_ledger(run)["step"]) == [0]  # nothing cut back either
+
+
+def test_a_preemption_warning_checkpoints_the_step_just_written_and_stops(tmp_path):
+    """The PREEMPT marker (written by the job's rank 0 on Slurm's warning signal, lze_bench.preemption): the
+    step just written is checkpointed although none is due, and no further step starts."""
+    from lze_bench.preemption import MARKER
+
+    run = tmp_path / "run"
+    ctx = RunContext(recipe_cfg(run, steps=6, every=4), num_prompts=30, flops=FlopModel(1, 1, 1))
+    _, record = run_step(ctx.driver, make_rollout(lambda i: (i % 5) / 4))
+    ctx.write_step(record, STATUS)
+    assert not ctx.checkpoint_due() and not ctx.finished
+    (run / MARKER).write_text("signal 12\n")
+    assert ctx.checkpoint_due() and ctx.finished and ctx.stop_reason is None  # stopped, not done
+    with pytest.raises(LzeBenchError, match="stopped after 1 of 6 steps"):
+        finish_run(run, ctx.cfg.trainer)

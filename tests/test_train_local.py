@@ -7,6 +7,8 @@ default run is the slow test at the bottom.
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -418,3 +420,44 @@ def test_a_resume_exactly_at_an_epoch_boundary_continues_with_the_next_epoch(tmp
         rollouts = read_rollouts(run_dir)
         assert [sorted(rollouts[rollouts["step"] == s]["prompt_id"].tolist()) for s in range(4)] == expected
         assert (read_ledger(run_dir)["prompts_dropped"] == 0).all()
+
+
+def test_a_preempted_sweep_job_saves_the_step_in_hand_and_its_ledger_equals_an_unbroken_run(tmp_path, cache_dir):
+    """Slurm's warning signal (SIGUSR2) reaches a submitit job mid-run: it finishes the step in hand, saves a
+    checkpoint there (no periodic one is due before the end) and is requeued; the requeued job resumes from
+    that checkpoint, so at most the step in hand is redone, and the ledger equals an unbroken run's."""
+    import signal
+
+    import submitit
+
+    from lze_bench.sweep.job import TrainJob
+
+    common = [*TINY, f"backend.cache_dir={cache_dir}", "trainer.steps=8", "trainer.checkpoint_every=100",
+              "trainer.eval_every=4"]
+    unbroken = tmp_path / "unbroken"
+    ok(runner.invoke(app, ["train", *common, f"run_dir={unbroken}"]))
+    broken = tmp_path / "broken"
+    executor = submitit.LocalExecutor(folder=tmp_path / "submitit", max_num_timeout=2)
+    executor.update_parameters(timeout_min=10)
+    job = executor.submit(TrainJob(common, str(broken)))
+    rows = 0
+    deadline = time.monotonic() + 300
+    while rows < 2:  # the job is training: its ledger has rows
+        assert not job.done() and time.monotonic() < deadline, job.stderr()
+        time.sleep(0.2)
+        rows = len(read_ledger(broken)) if (broken / "ledger.parquet").exists() else 0
+    controller = job._process.pid  # submitit's local controller; the training process is its child
+    task = int(open(f"/proc/{controller}/task/{controller}/children").read().split()[0])
+    os.kill(task, signal.SIGUSR2)
+    result = job.result()
+    assert result["run_dir"] == str(broken) and is_done(broken)
+    log = job.stderr() + job.stdout()
+    saved = re.search(r"preemption warning: checkpoint step_(\d+) saved", log)
+    assert saved, log[-3000:]
+    step = int(saved.group(1))
+    assert rows <= step <= rows + 2 and step < 8  # the rows seen when signalled, plus the step in hand
+    assert f"resuming {broken} from checkpoint step_{step:06d}" in log
+    assert [s for s, _ in list_checkpoints(broken)] == [step, 8]
+    columns = [c for c in LEDGER_COLUMNS if c not in TIME_COLUMNS]
+    pd.testing.assert_frame_equal(read_ledger(unbroken)[columns], read_ledger(broken)[columns])
+    assert not (broken / "PREEMPT").exists()  # the requeued attempt cleared the marker

@@ -51,6 +51,7 @@ def slurm_parameters(launcher: dict, name: str) -> dict:
         "ntasks_per_node": 1,  # one training process per node; the backend spreads over GPUs
         "cpus_per_task": int(launcher["cpus_per_task"]),
         "array_parallelism": int(launcher["array_parallelism"]),
+        "signal_delay_s": int(launcher.get("signal_delay_s", 180)),  # --signal=USR2@S (lze_bench.preemption)
         "setup": [*thread_exports(launcher), *launcher.get("setup", [])],
         "additional_parameters": dict(launcher.get("additional_parameters") or {}),
         # the job step gets the task's CPUs (Slurm 22.05-23.02 give it one otherwise); a failed task ends the rest
@@ -96,7 +97,8 @@ def make_executor(plan):
     if int(launcher["nodes"]) != 1:
         raise LzeBenchError("launcher.nodes: launcher=local runs on this machine only; use nodes=1 or launcher=slurm")
     executor = submitit.LocalExecutor(folder=folder, max_num_timeout=max_requeue)
-    executor.update_parameters(timeout_min=int(launcher["timeout_min"]), gpus_per_node=int(launcher["gpus_per_node"]))
+    executor.update_parameters(timeout_min=int(launcher["timeout_min"]), gpus_per_node=int(launcher["gpus_per_node"]),
+                               signal_delay_s=int(launcher.get("signal_delay_s", 180)))
     return executor
 
 

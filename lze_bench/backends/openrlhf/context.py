@@ -128,7 +128,15 @@ class RunContext:
 
     @property
     def finished(self) -> bool:
-        return self.stop_reason is not None
+        """No further step: the run is done, or Slurm warned of a stop (the step just written was saved)."""
+        return self.stop_reason is not None or self.preempted
+
+    @property
+    def preempted(self) -> bool:
+        """Slurm's warning signal reached the job (lze_bench.preemption's PREEMPT marker, written by rank 0)."""
+        from lze_bench.preemption import requested
+
+        return requested(self.run_dir)
 
     @property
     def steps_done(self) -> int:
@@ -139,14 +147,16 @@ class RunContext:
         return self.store.capacity > 0
 
     def checkpoint_due(self) -> bool:
-        """After the step just written to the ledger: the last step, every `trainer.checkpoint_every` steps, or a
-        `trainer.checkpoint_every_flops` crossing (lze_bench.budget; a function of the ledger, so resume-safe)."""
+        """After the step just written to the ledger: the last step, every `trainer.checkpoint_every` steps, a
+        `trainer.checkpoint_every_flops` crossing (lze_bench.budget; a function of the ledger, so resume-safe), or
+        any step once Slurm has warned of a stop (lze_bench.preemption)."""
         from lze_bench.budget import checkpoint_due
 
         frame = self.ledger.frame
         after = self.ledger.cum_flops
         before = float(frame["cum_flops"].iloc[-2]) if len(frame) > 1 else 0.0
-        return checkpoint_due(self.cfg.trainer, self.driver.step, before, after)
+        # a preemption warning: this step is saved, so the requeued job resumes right after it
+        return checkpoint_due(self.cfg.trainer, self.driver.step, before, after) or self.preempted
 
     def begin_step(self) -> None:
         """Before the driver runs the next step: the feature passes book their costs against it."""

@@ -82,6 +82,10 @@ def prepare(cfg) -> tuple[RunPaths, list[str]]:
 
     paths = resolve_paths(cfg)
     refuse_finished(paths.run_dir)
+    from lze_bench import preemption
+
+    if not preemption.requested():  # a marker left by an earlier, preempted job must not stop this run
+        (paths.run_dir / preemption.MARKER).unlink(missing_ok=True)
     argv = driver_argv(cfg, paths)
     resolved = config_dict(cfg)
     if paths.config.exists():
