@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -67,6 +68,13 @@ def forward(previous) -> None:
     """Hand the recorded signal to the handler `deferred` replaced (submitit: checkpoint, requeue, exit);
     without one (a plain process), exit as the signal's default action would, with status 128 + signal."""
     if callable(previous):
-        previous(SIGNAL, None)
+        try:
+            previous(SIGNAL, None)
+        except subprocess.CalledProcessError as exc:
+            if exc.returncode != -signal.SIGTERM:
+                raise
+            # `scontrol requeue` stops the job's step, scontrol itself included, before scontrol returns: the
+            # requeue happened. Leave as submitit does after a requeue, without a result (not a failed job)
+            sys.exit(-1)
         return
     sys.exit(128 + int(SIGNAL))

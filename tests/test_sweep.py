@@ -254,3 +254,28 @@ def test_a_second_sweep_on_a_polling_sweep_directory_is_refused_in_one_line(tmp_
     again = runner.invoke(app, [*args, "poll_s=0.2"])
     assert again.exit_code == 2 and "1 of 1 jobs failed" in again.output, again.output
     assert [job["attempts"] for job in load_manifest(sweep_dir)["jobs"].values()] == [2]
+
+
+def test_a_requeue_that_stops_its_own_scontrol_is_a_requeue_not_a_failure():
+    """submitit's requeue runs `scontrol requeue`, which Slurm's requeue stops (SIGTERM) with the rest of the
+    job step: that is the requeue taking effect, so the job leaves without a result (not as a failed job);
+    any other failure of the handler is raised."""
+    import signal
+    import subprocess
+
+    from lze_bench import preemption
+
+    def requeue_stopped(signum, frame):
+        raise subprocess.CalledProcessError(-signal.SIGTERM, ["scontrol", "requeue", "9"])
+
+    def requeue_refused(signum, frame):
+        raise subprocess.CalledProcessError(1, ["scontrol", "requeue", "9"])
+
+    with pytest.raises(SystemExit) as leaving:
+        preemption.forward(requeue_stopped)
+    assert leaving.value.code == -1
+    with pytest.raises(subprocess.CalledProcessError):
+        preemption.forward(requeue_refused)
+    with pytest.raises(SystemExit) as plain:  # no handler to hand it to (not a submitit job)
+        preemption.forward(signal.SIG_DFL)
+    assert plain.value.code == 128 + signal.SIGUSR2
