@@ -307,6 +307,9 @@ def test_a_preemption_warning_checkpoints_the_step_just_written_and_stops(tmp_pa
     ctx.write_step(record, STATUS)
     assert not ctx.checkpoint_due() and not ctx.finished
     (run / MARKER).write_text("signal 12\n")
-    assert ctx.checkpoint_due() and ctx.finished and ctx.stop_reason is None  # stopped, not done
+    assert ctx.checkpoint_due() and ctx.stop_reason is None
+    assert not ctx.finished  # the step just written is not saved yet: the trainer checkpoints it first
+    ctx.save_selector_state(1)
+    assert ctx.finished  # stopped, not done
     with pytest.raises(LzeBenchError, match="stopped after 1 of 6 steps"):
         finish_run(run, ctx.cfg.trainer)

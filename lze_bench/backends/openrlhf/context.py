@@ -104,6 +104,7 @@ class RunContext:
         self.ledger = Ledger(self.run_dir)
         self.rollouts = RolloutLog(self.run_dir)
         self.tracker = None  # lze_bench.tracking.Tracker, opened at the first ledger row
+        self.saved = True  # the state after the last ledger row is a checkpoint (or the start, or a resume point)
 
     @classmethod
     def from_env(cls, num_prompts: int, *, dp_ranks: int = 1, features_factory=None) -> "RunContext":
@@ -128,8 +129,9 @@ class RunContext:
 
     @property
     def finished(self) -> bool:
-        """No further step: the run is done, or Slurm warned of a stop (the step just written was saved)."""
-        return self.stop_reason is not None or self.preempted
+        """No further step: the run is done, or Slurm warned of a stop and the last step written is saved (a
+        warning seen after a step's checkpoint decision lets one more step run, which is then saved)."""
+        return self.stop_reason is not None or (self.preempted and self.saved)
 
     @property
     def preempted(self) -> bool:
@@ -203,6 +205,7 @@ class RunContext:
         )
         self.rollouts.append(record.step, rollout_rows(record))
         row = self.ledger.append(row)
+        self.saved = False
         self._track(row, status)
         return row
 
@@ -232,6 +235,7 @@ class RunContext:
         os.replace(tmp, path)
         if self.replays:
             self._save_store(steps_done)
+        self.saved = True  # called at every checkpoint (the trainer's _checkpoint_if_due)
         return path
 
     def _store_path(self, steps_done: int) -> Path:
