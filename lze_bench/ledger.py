@@ -18,7 +18,8 @@ Three tables live in a run directory:
   seed aggregate is derived, never a row. Every metric's 95 % interval is a
   column (lze_bench.evaluation.metrics: Wilson at the effective number of
   trials); the pass@k / maj@k ones (EVAL_INTERVAL_COLUMNS) came later and read
-  as NaN from a file written before them.
+  as NaN from a file written before them, as do the shares of responses cut at
+  max_new_tokens and of prompts truncated to fit the context (EVAL_CUT_COLUMNS).
 
 FLOP columns: per-step counts are exact integers (int64); `cum_flops` is a
 float64 running sum, because a long run of a 7B model passes 2^63 FLOPs
@@ -116,9 +117,12 @@ EVAL_COLUMNS: dict[str, str] = {
     # recorded, not part of the key
     "generation_backend": "object",  # hf | vllm
     "cum_flops": "float64",  # the run's cum_flops when the checkpoint was saved (reports recompute it from the ledger)
+    "cut_response_frac": "float64",  # share of responses that stopped at max_new_tokens (NaN in older files)
+    "cut_prompt_frac": "float64",  # share of prompts truncated from the left to fit the context (NaN in older files)
 }
 EVAL_KEY = ("checkpoint", "benchmark", "settings_key")
 EVAL_INTERVAL_COLUMNS = ("pass_at_k_ci_low", "pass_at_k_ci_high", "maj_at_k_ci_low", "maj_at_k_ci_high")
+EVAL_CUT_COLUMNS = ("cut_response_frac", "cut_prompt_frac")
 EVALS_LOCK = ".evals.lock"  # flock'd around the read-modify-write of evals.parquet (concurrent eval jobs)
 
 FLOP_PARTS = ("flops_rollout", "flops_logprob", "flops_train", "flops_select")
@@ -335,8 +339,9 @@ def _evals_fix(run_dir) -> str:
 
 
 def _with_intervals(frame: pd.DataFrame) -> pd.DataFrame:
-    """EVAL_INTERVAL_COLUMNS came after the settings key: rows (and files) without them read as NaN."""
-    for column in EVAL_INTERVAL_COLUMNS:
+    """EVAL_INTERVAL_COLUMNS and EVAL_CUT_COLUMNS came after the settings key: rows (and files) without them
+    read as NaN (unknown, not zero)."""
+    for column in (*EVAL_INTERVAL_COLUMNS, *EVAL_CUT_COLUMNS):
         if column not in frame:
             frame[column] = float("nan")
     return frame

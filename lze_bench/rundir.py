@@ -4,6 +4,7 @@ Layout (design.md "The run directory"):
 
     <run_dir>/
       config.yaml            resolved config + package version + git commit
+      data.json              rows and SHA-256 of the data the run started on, checked on resume (fingerprint.py)
       ledger.parquet         one row per training step (lze_bench.ledger)
       rollouts.parquet       one row per rolled-out prompt per step
       selector_state/step_000100.npz

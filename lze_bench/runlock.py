@@ -2,9 +2,12 @@
 
 Two `lze-bench train` on one run directory would interleave ledger rows and
 checkpoints; two evals of one checkpoint under the same settings would write
-the same result files. So training holds `<run_dir>/.train.lock`, and eval
-holds `.eval.lock` in each results folder (`evals/<checkpoint>/<settings>/`)
-while it fills it; a second process refuses in one line naming the holder.
+the same result files; two `lze-bench sweep` on one sweep directory would
+submit the same jobs twice and race on its manifest. So training holds
+`<run_dir>/.train.lock`, eval holds `.eval.lock` in each results folder
+(`evals/<checkpoint>/<settings>/`) while it fills it, and a sweep (training
+or eval) holds `<sweep_dir>/.sweep.lock` while it submits *and* while it
+polls; a second process refuses in one line naming the holder.
 
 Choices:
 * the `filelock` library's FileLock, an OS lock (`flock`): the kernel drops it
@@ -38,7 +41,7 @@ from pathlib import Path
 
 from lze_bench.errors import LzeBenchError
 
-ROLES = ("train", "eval")
+ROLES = ("train", "eval", "sweep")
 
 
 def lock_path(run_dir: str | os.PathLike, role: str) -> Path:

@@ -284,3 +284,66 @@ def test_confidence_intervals():
     assert (low, high) == pytest.approx((0.2366, 0.7634), abs=1e-4)
     summary = metrics.summarize(np.array([[True], [False]]), [["1"], ["2"]], ks=[1])
     assert summary["ci_method"] == "wilson" and summary["accuracy"] == 0.5 and summary["pass@1"] == 0.5
+
+
+def test_cut_answers_and_truncated_prompts_are_counted_everywhere_and_warned(tiny_checkpoint, tmp_path, caplog):
+    """gsm8k's prompts overflow the 96-token window (all truncated); 6 new tokens cut most random answers.
+    The shares, recomputed from the samples file, are in summary.json, evals.parquet and the console,
+    with one warning line per benchmark over 5 %."""
+    from lze_bench.ledger import read_evals
+
+    run = _make_run(tmp_path, tiny_checkpoint)
+    result = _eval_cli([f"run={run}", *SMOKE, "eval.benchmarks=[gsm8k]", "checkpoints=[step_000002]"])
+    assert result.exit_code == 0, result.output
+    folder = next((run / "evals" / "step_000002").iterdir())
+    samples = [json.loads(line) for line in (folder / "gsm8k.jsonl").read_text().splitlines()]
+    cut = sum(r["finish"] == "length" for r in samples) / len(samples)
+    truncated = sum(r["prompt_truncated"] for r in samples) / len(samples)  # each prompt's samples share its flag
+    assert truncated == 1.0 and cut > 0.05
+    entry = json.loads((folder / "summary.json").read_text())["gsm8k"]
+    assert (entry["cut_response_frac"], entry["cut_prompt_frac"]) == (pytest.approx(cut), 1.0)
+    row = read_evals(run).iloc[0]
+    assert (row["cut_response_frac"], row["cut_prompt_frac"]) == (pytest.approx(cut), 1.0)
+    assert "cut_response_frac,cut_prompt_frac" in (folder / "summary.csv").read_text().splitlines()[0]
+    assert f"{cut:.0%}/100% !" in result.output
+    warnings = [r.getMessage() for r in caplog.records if "of responses stopped at max_new_tokens" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith("step_000002 gsm8k: ")
+    assert "% of prompts were truncated to fit the context; cut answers count as wrong" in warnings[0]
+
+
+def test_a_prompt_without_room_for_the_answer_is_refused_before_generation(tiny_checkpoint, tmp_path):
+    """eval.min_answer_tokens=6: gsm8k's prompts (~370 tokens) leave none of the 96-token window."""
+    out = tmp_path / "out"
+    result = _eval_cli([f"model={tiny_checkpoint}", f"out_dir={out}", *SMOKE, "eval.min_answer_tokens=6"])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if "error" in line]  # after the weights' progress bar
+    assert len(errors) == 1
+    line = errors[0]
+    assert line.startswith("error: eval.min_answer_tokens=6: 2 of 2 gsm8k prompts leave less for the answer in ")
+    assert "96-token context (problem 0: " in line and "eval.min_answer_tokens=0 to truncate" in line
+    assert not any(p.is_file() and not p.name.startswith(".") for p in out.rglob("*"))  # nothing generated
+    # a window the prompts fit: accepted, and nothing is truncated
+    entries = _eval([f"model={tiny_checkpoint}", f"out_dir={out}", "eval=synthetic", "limit=2",
+                     "eval.max_new_tokens=6", "grading.workers=1", "eval.min_answer_tokens=6"])
+    assert entries[0]["cut_prompt_frac"] == 0.0
+
+
+def test_a_finished_result_is_not_reused_for_a_changed_benchmark_file(tiny_checkpoint, tmp_path):
+    """The same settings on a gsm8k file whose first answer changed: the finished result is not passed off
+    as this file's; one line names its summary.json, and nothing is written."""
+    root, out = tmp_path / "data", tmp_path / "out"
+    shutil.copytree(DATA / "gsm8k", root / "gsm8k")
+    overrides = [f"model={tiny_checkpoint}", f"out_dir={out}", *SMOKE, f"data.root={root}", "eval.benchmarks=[gsm8k]"]
+    key = _eval(overrides)[0]["settings_key"]
+    summary = out / key / "summary.json"
+    assert json.loads(summary.read_text())["gsm8k"]["data"]["rows"] == 2
+    _eval(overrides)  # unchanged: reused
+    test = root / "gsm8k" / "test.jsonl"
+    rows = [json.loads(line) for line in test.read_text().splitlines()]
+    rows[0]["answer"] = rows[0]["answer"] + "0"
+    test.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    before = summary.read_bytes()
+    line = _one_line(_eval_cli(overrides))
+    assert line.startswith(f"error: {summary}: gsm8k was evaluated on 2 rows (sha256 ")
+    assert f"its data now gives 2 (sha256 " in line and f"move {out / key} away to evaluate it again" in line
+    assert summary.read_bytes() == before

@@ -154,3 +154,17 @@ def test_local_eval_sweep_resumes_and_resubmits_a_failed_job(runs, tmp_path, tin
     assert len(list((runs / "evals").glob("*/manifest.json"))) == 2
     status = runner.invoke(app, ["sweep", "status", str(runs)])
     assert status.output.count("evals eval-smoke") == 2
+
+
+def test_checkpoints_choose_a_subset_of_every_run_and_a_missing_one_is_named_before_anything_starts(runs, tmp_path):
+    chosen = runner.invoke(app, [*args(runs, tmp_path), "checkpoints=[step_000002,initial]", "--dry-run"])
+    assert chosen.exit_code == 0, chosen.output
+    assert "step_000002 initial" in chosen.output and "step_000001" not in chosen.output
+    assert "2 job(s) to submit" in chosen.output
+    (runs / "lze-s0" / "checkpoints" / "step_000002" / "COMPLETE").unlink()  # lze-s0 now lacks step_000002
+    result = runner.invoke(app, [*args(runs, tmp_path), "checkpoints=[step_000002,step_000009]"])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("error: checkpoints: lze-s0 has no step_000002, step_000009; uniform-s0 has no "
+                               "step_000009 (under ")
+    assert not (runs / "evals").exists()  # nothing planned, written or submitted

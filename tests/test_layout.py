@@ -18,9 +18,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lze_bench"
 # Bottom first. A new top-level module or package takes the lowest floor its imports allow.
 LAYERS = [
     ["__init__", "errors"],  # the version; LzeBenchError
-    ["registry", "jsonl", "rundir", "flops", "data_order", "rollout_store", "budget", "hub"],  # plumbing on errors alone
+    ["registry", "jsonl", "rundir", "flops", "data_order", "rollout_store", "budget", "hub", "preemption"],
+    # plumbing on errors alone (preemption: Slurm's warning signal, recorded)
     ["tracking"],  # experiment trackers (their config schema is part of config)
-    ["grading", "ledger", "config", "runlock"],  # the one grading function; the ledger schema; config; run-dir locks
+    ["grading", "ledger", "config", "runlock", "fingerprint"],  # the one grading function; the ledger schema;
+    # config; run-dir locks; the run's data fingerprint
     ["benchmarks", "selectors", "launchers"],  # plug-ins described by config: datasets, selectors, launchers
     ["data", "step_rounds", "replay", "predictor"],  # rows by benchmark name; selection rounds; replay;
     # ASTRAL's learned head (torch: the selector's NumPy side is in selectors)

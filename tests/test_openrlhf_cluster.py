@@ -137,21 +137,30 @@ def test_submit_passes_max_requeue_and_srun_cpus_to_submitit(monkeypatch, tmp_pa
     assert seen["params"]["srun_args"] == ["--cpus-per-task=9", "--kill-on-bad-exit=1"]
 
 
-def test_script_signal_requeues_until_max_requeue(monkeypatch):
+def test_script_signal_requeues_after_the_step_is_saved_until_max_requeue(monkeypatch, tmp_path):
+    """The warning signal is recorded (PREEMPT marker for the trainer actor), the process goes on; once the
+    driver has returned, rank 0 requeues an unfinished run, while restarts < max_requeue."""
+    from lze_bench import preemption
+    from lze_bench.rundir import mark_done
+
     calls = []
     run = lambda command, **kw: calls.append(command)  # noqa: E731
     assert slurm.requeue("4242", 0, 2, run=run) and calls == [["scontrol", "requeue", "4242"]]
     assert not slurm.requeue("4242", 2, 2, run=run) and len(calls) == 1
     monkeypatch.setattr(slurm.subprocess, "run", run)
     previous = signal.getsignal(signal.SIGUSR2)
-    try:
-        slurm.install_requeue_handler(role(attempt=1), max_requeue=3)
-        with pytest.raises(SystemExit):
-            os.kill(os.getpid(), signal.SIGUSR2)
-            time.sleep(1)
-    finally:
-        signal.signal(signal.SIGUSR2, previous)
+    with preemption.deferred(tmp_path):
+        assert not slurm.requeue_if_preempted(tmp_path, role(attempt=1), max_requeue=3)  # no signal yet
+        os.kill(os.getpid(), signal.SIGUSR2)
+        time.sleep(0.1)  # still running: the handler only records it
+        assert (tmp_path / preemption.MARKER).exists() and preemption.requested(tmp_path)
+    assert signal.getsignal(signal.SIGUSR2) == previous
+    assert not slurm.requeue_if_preempted(tmp_path, role(attempt=1, rank=1), max_requeue=3)  # rank 0 decides
+    assert slurm.requeue_if_preempted(tmp_path, role(attempt=1), max_requeue=3)
     assert calls[-1] == ["scontrol", "requeue", "4242"] and len(calls) == 2
+    mark_done(tmp_path)  # the step in hand was the last: nothing to requeue
+    assert not slurm.requeue_if_preempted(tmp_path, role(attempt=1), max_requeue=3)
+    preemption.clear(tmp_path)
 
 
 def test_sbatch_script_says_how_it_requeues(tmp_path):
@@ -159,9 +168,9 @@ def test_sbatch_script_says_how_it_requeues(tmp_path):
     import io
 
     out = io.StringIO()
-    dry_run(cfg_with(tmp_path, "launcher.max_requeue=4"), out=out)
+    dry_run(cfg_with(tmp_path, "launcher.max_requeue=4", "launcher.signal_delay_s=300"), out=out)
     text = out.getvalue()
-    assert "#SBATCH --signal=USR2@90" in text and "#SBATCH --requeue" in text
+    assert "#SBATCH --signal=USR2@300" in text and "#SBATCH --requeue" in text  # the warning the step is saved in
     assert "scontrol requeue" in text and "max_requeue=4" in text and "ray stop" not in text.replace("never `ray stop`", "")
 
 

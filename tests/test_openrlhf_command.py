@@ -241,7 +241,7 @@ def test_dry_run_slurm_prints_job_script_field_by_field(tmp_path):
         f"#SBATCH --output={log_dir}/%j_0_log.out",
         "#SBATCH --partition=gpu",
         "#SBATCH --requeue",
-        "#SBATCH --signal=USR2@90",
+        "#SBATCH --signal=USR2@180",  # launcher.signal_delay_s: the step in hand is saved
         "#SBATCH --time=1440",
         "#SBATCH --wckey=submitit",
     ]
@@ -362,3 +362,35 @@ def test_a_second_train_on_an_openrlhf_run_dir_is_refused_in_one_line(tmp_path, 
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert f"run_dir='{run}' is in use by another lze-bench train (pid {holder.pid} " in lines[0]
     assert not (run / "config.yaml").exists()  # refused before writing anything
+
+
+@pytest.mark.parametrize("change", ["an answer", "a row fewer"])
+def test_a_resume_on_changed_training_data_is_refused_in_one_line(tmp_path, change):
+    """The config is the same (task=gsm8k, data.root=ROOT) but ROOT/gsm8k/train.jsonl changed since the start."""
+    import json
+    import shutil
+
+    from lze_bench.backends.openrlhf.launch import prepare
+
+    root, run = tmp_path / "data", tmp_path / "run"
+    shutil.copytree(DATA / "gsm8k", root / "gsm8k")
+    overrides = recipe_overrides(extra=[f"run_dir={run}", "task=gsm8k", f"data.root={root}"])
+    paths, _ = prepare(compose("train", overrides))
+    recorded = json.loads((run / "data.json").read_text())
+    assert recorded["train"]["rows"] == 5
+    train = root / "gsm8k" / "train.jsonl"
+    rows = [json.loads(line) for line in train.read_text().splitlines() if line.strip()]
+    if change == "an answer":
+        rows[2]["answer"] = rows[2]["answer"].replace("####", "#### 1")
+    else:
+        rows = rows[:-1]
+    train.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    prompts, config = paths.prompts.read_bytes(), paths.config.read_bytes()
+    with pytest.raises(LzeBenchError) as caught:
+        prepare(compose("train", overrides))
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"{run / 'data.json'}: the run started on 5 (sha256 ")
+    assert f"task=gsm8k (data root {root}) now gives {4 if change == 'a row fewer' else 5} (sha256 " in message
+    assert "restore the data it started with, or start over in a new run_dir=PATH" in message
+    assert paths.prompts.read_bytes() == prompts and paths.config.read_bytes() == config
+    assert json.loads((run / "data.json").read_text()) == recorded

@@ -244,3 +244,46 @@ def test_budgeted_run_stops_on_its_flops_checkpoints_at_flop_marks_and_resumes_e
     a = AutoModelForCausalLM.from_pretrained(list_checkpoints(unbroken)[-1][1]).state_dict()
     b = AutoModelForCausalLM.from_pretrained(list_checkpoints(crashed)[-1][1]).state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_preempted_run_saves_the_step_in_hand_and_resumes_to_the_unbroken_ledger(world, tmp_path):
+    """The PREEMPT marker (Slurm's warning signal, recorded by the job's rank 0) appears once the first step is in
+    the ledger: the trainer saves the step in hand although no checkpoint is due (checkpoint_every = the step
+    count), stops, and the driver exits 0 without DONE; the rerun resumes there and ends with the unbroken run's
+    ledger. A marker already there at the start stops the run before its first step."""
+    import threading
+    import time
+
+    from lze_bench.ledger import read_ledger
+    from lze_bench.rundir import is_done, list_checkpoints
+
+    def job(run_dir, preempted=False):
+        cfg = harness.overrides(world["model"], world["data"], "uniform", run_dir, steps=STEPS, batch=BATCH, n=N,
+                                micro=MICRO, epochs=EPOCHS, checkpoint_every=STEPS)
+        return harness.run_job(cfg, world["cluster"].address, preempted=preempted)
+
+    def signal_after_the_first_row(run_dir):
+        deadline = time.monotonic() + 600
+        while not (run_dir / "ledger.parquet").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (run_dir / "PREEMPT").write_text("signal 12\n")
+
+    unbroken, preempted = tmp_path / "unbroken", tmp_path / "preempted"
+    ok(job(unbroken))
+    ok(job(preempted, preempted=True))  # before any step: nothing to save, nothing done
+    assert not (preempted / "ledger.parquet").exists() and not list_checkpoints(preempted)
+    ok(job(preempted))  # the marker of the attempt before is cleared at the start: the run ends
+    assert is_done(preempted)
+    import shutil
+
+    shutil.rmtree(preempted)
+    watcher = threading.Thread(target=signal_after_the_first_row, args=(preempted,))
+    watcher.start()
+    ok(job(preempted))
+    watcher.join()
+    saved = [s for s, _ in list_checkpoints(preempted)]
+    assert not is_done(preempted) and len(saved) == 1 and 1 <= saved[0] < STEPS, saved
+    assert read_ledger(preempted)["step"].tolist() == list(range(saved[0]))  # every step done is saved
+    ok(job(preempted))  # the requeued job resumes there
+    assert is_done(preempted) and [s for s, _ in list_checkpoints(preempted)] == [saved[0], STEPS]
+    pd.testing.assert_frame_equal(read_ledger(preempted)[COMPARED], read_ledger(unbroken)[COMPARED])

@@ -1,4 +1,4 @@
-"""ASTRAL's replay loss on OpenRLHF 0.11.2 = the local backend's loss, on the same tensors (issue 13).
+"""ASTRAL's replay loss on OpenRLHF 0.11.2 = the local backend's loss, on the same tensors.
 
 OpenRLHF's own `PolicyLoss`, configured from `replay_loss.replay_is_flags()` as
 parsed by its own argparse, against `grpo.replay_clip_loss`: per-token loss,

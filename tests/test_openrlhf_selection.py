@@ -270,3 +270,46 @@ def test_resume_without_lze_position_is_refused(tmp_path):
         ctx.restore({"global_step": 4})
     ctx.restore({"global_step": 0})
     assert Ledger(tmp_path / "run").last_step == -1
+
+
+def test_a_damaged_replay_store_fails_the_resume_in_one_line_and_is_left_as_is(tmp_path):
+    run = tmp_path / "run"
+    spec = yaml.safe_load(RECIPE.read_text())
+    cfg = compose("train", [*spec["overrides"], "selector=uniform", "seed=0", f"run_dir={run}", "trainer.steps=3",
+                            "trainer.checkpoint_every=1", "trainer.batch_size=4",
+                            "backend.rollout_store_groups=8"])  # a store asked for, without astral's feature passes
+    ctx = RunContext(cfg, num_prompts=30, flops=FlopModel(1, 1, 1))
+    assert ctx.replays
+    _, record = run_step(ctx.driver, make_rollout(lambda i: (i % 5) / 4))
+    ctx.write_step(record, STATUS)
+    ctx.save_selector_state(1)
+    position = ctx.client_state()
+    path = run / "replay_store" / "step_000001.pt"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    damaged = path.read_bytes()
+    resumed = RunContext(cfg, num_prompts=30, flops=FlopModel(1, 1, 1))
+    with pytest.raises(LzeBenchError) as caught:
+        resumed.restore({"global_step": 1, "lze": position})
+    message = str(caught.value)
+    assert message.startswith(f"{path} is damaged and was left as is (") and "\n" not in message
+    assert "restore it from a copy, or start the run over" in message
+    assert path.read_bytes() == damaged and list(read_ledger(run)["step"]) == [0]  # nothing cut back either
+
+
+def test_a_preemption_warning_checkpoints_the_step_just_written_and_stops(tmp_path):
+    """The PREEMPT marker (written by the job's rank 0 on Slurm's warning signal, lze_bench.preemption): the
+    step just written is checkpointed although none is due, and no further step starts."""
+    from lze_bench.preemption import MARKER
+
+    run = tmp_path / "run"
+    ctx = RunContext(recipe_cfg(run, steps=6, every=4), num_prompts=30, flops=FlopModel(1, 1, 1))
+    _, record = run_step(ctx.driver, make_rollout(lambda i: (i % 5) / 4))
+    ctx.write_step(record, STATUS)
+    assert not ctx.checkpoint_due() and not ctx.finished
+    (run / MARKER).write_text("signal 12\n")
+    assert ctx.checkpoint_due() and ctx.stop_reason is None
+    assert not ctx.finished  # the step just written is not saved yet: the trainer checkpoints it first
+    ctx.save_selector_state(1)
+    assert ctx.finished  # stopped, not done
+    with pytest.raises(LzeBenchError, match="stopped after 1 of 6 steps"):
+        finish_run(run, ctx.cfg.trainer)

@@ -440,3 +440,38 @@ def test_report_says_what_its_intervals_vary_over_and_shows_each_initial_policys
     text = (shared / "report.md").read_text()
     assert "training seeds only" in text and "say nothing about another initial policy" in text
     assert not (shared / "table1b.md").exists()
+
+
+@pytest.mark.parametrize("damage", [b'{"stopped_by": "bud', b"\xff\xfe", b"[1, 2]"])
+def test_a_damaged_done_is_one_line_naming_it_and_left_as_is(tmp_path, damage):
+    from typer.testing import CliRunner
+
+    from lze_bench.cli import app
+
+    run = make_run(tmp_path / "runs", "uniform", 0)
+    (run / "DONE").write_bytes(damage)
+    result = CliRunner().invoke(app, ["report", str(tmp_path / "runs"), "--out-root", str(tmp_path / "out")])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith(f"error: {run / 'DONE'} is damaged and was left as is") and "empty it" in lines[0]
+    assert (run / "DONE").read_bytes() == damage and not any(p.is_file() for p in (tmp_path / "out").rglob("*"))
+    (run / "DONE").write_text("")  # what the message offers: the run is reported, without its stop reason
+    report = build(tmp_path / "runs")
+    assert report["table3"]["label"].tolist() == ["uniform"]
+
+
+def test_report_shows_the_most_cut_eval_point_per_benchmark(tmp_path):
+    """Each benchmark's row names its largest shares of cut answers and truncated prompts over its points;
+    results from before they were recorded show "-"."""
+    root = tmp_path / "runs"
+    for selector, cut in (("uniform", 0.125), ("lze", 0.5)):
+        run_dir = make_run(root, selector, 0)
+        append_eval_rows(run_dir, [eval_row(s, "gsm8k", 0.2, cut_response_frac=cut * s / 4, cut_prompt_frac=0.0)
+                                   for s in (0, 4)])
+        append_eval_rows(run_dir, [eval_row(s, "math500", 0.2) for s in (0, 4)])  # an older eval: no shares
+    out = main(root, name="cut", out_root=tmp_path / "r")
+    used = pd.read_csv(out / "benchmarks.csv").set_index("benchmark")
+    assert used.loc["gsm8k", "cut_response_frac"] == 0.5 and used.loc["gsm8k", "cut_prompt_frac"] == 0.0
+    assert used.loc["math500", ["cut_response_frac", "cut_prompt_frac"]].isna().all()
+    text = (out / "report.md").read_text()
+    assert "most cut (answers / prompts)" in text and "| 50% / 0% |" in text and "| - |" in text

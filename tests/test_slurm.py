@@ -117,3 +117,43 @@ def test_slurm_requeue_resumes_from_the_last_checkpoint(tmp_path):
     log_text = "".join(p.read_text() for p in (sweep_dir / "submitit").glob("*_log.*"))
     assert "Requeued job" in log_text and "(resume=True)" in log_text  # submitit requeued; the run resumed
     assert "resuming" in log_text  # ... from its last complete checkpoint (the backend's own log line)
+
+
+@pytest.mark.slow
+def test_slurm_preempted_job_saves_the_step_in_hand_and_its_ledger_equals_an_unbroken_runs(tmp_path):
+    """Slurm's warning signal (USR2, `launcher.signal_delay_s` before a stop) reaches a training job mid-run,
+    with no periodic checkpoint due before its end: it finishes the step in hand, checkpoints it, is requeued
+    and resumes there, so at most that step is redone; its ledger equals an unbroken job's."""
+    import re
+    import time
+
+    import pandas as pd
+    import submitit
+
+    from lze_bench.ledger import LEDGER_COLUMNS
+    from lze_bench.rundir import list_checkpoints
+
+    overrides = ["trainer.steps=8", "trainer.checkpoint_every=100", "trainer.eval_every=8", *TINY]
+    unbroken = plan_jobs(SweepSpec(), overrides, tmp_path / "unbroken", name="slurm-unbroken")
+    plan = plan_jobs(SweepSpec(), overrides, tmp_path / "preempted", name="slurm-preempted")
+    run_sweep(unbroken, wait=False)
+    (entry,) = run_sweep(plan, wait=False)["jobs"].values()
+    run_dir = plan.jobs[0].run_dir
+    deadline, rows = time.time() + 300, 0
+    while rows < 2:
+        assert time.time() < deadline, "fewer than 2 steps within 5 minutes"
+        time.sleep(0.3)
+        rows = len(read_ledger(run_dir)) if (run_dir / "ledger.parquet").exists() else 0
+    submitit.SlurmJob(folder=plan.sweep_dir / "submitit", job_id=entry["job_id"])._interrupt(timeout=True)
+    _start_when_requeued(entry["job_id"])
+    for sweep in (plan, unbroken):
+        data = run_sweep(sweep, wait=True, poll_s=1.0)
+        assert data["jobs"][sweep.jobs[0].name]["status"] == "done"
+    log_text = "".join(p.read_text() for p in (plan.sweep_dir / "submitit").glob("*_log.*"))
+    saved = re.search(r"preemption warning: checkpoint step_(\d+) saved", log_text)
+    assert saved and "Requeued job" in log_text, log_text[-3000:]
+    step = int(saved.group(1))
+    assert rows <= step <= rows + 2 < 8 + 2 and f"from checkpoint step_{step:06d}" in log_text
+    assert [s for s, _ in list_checkpoints(run_dir)] == [step, 8]
+    columns = [c for c in LEDGER_COLUMNS if not c.startswith("time_") and c != "cum_time_s"]
+    pd.testing.assert_frame_equal(read_ledger(unbroken.jobs[0].run_dir)[columns], read_ledger(run_dir)[columns])

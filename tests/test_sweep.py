@@ -219,3 +219,63 @@ def test_cli_status_is_a_subcommand_and_overrides_still_sweep(tmp_path):
         assert result.exit_code == 0, result.output
         assert "jobs ->" in result.output and "dry run" in result.output
         assert "4 jobs" in result.output or "sweep=quickstart" in args
+
+
+def test_a_second_sweep_on_a_polling_sweep_directory_is_refused_in_one_line(tmp_path):
+    """The first `lze-bench sweep` has submitted its job and is polling (poll_s=60): a second one on the
+    same directory is refused before it touches the manifest; once the first has ended, it runs."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    sweep_dir = tmp_path / "sw"
+    args = ["sweep", "seed=0", *BROKEN, f"sweep_dir={sweep_dir}"]
+    code = "import sys\nfrom lze_bench.cli import app\nsys.argv[0] = 'lze-bench'\napp()\n"
+    first = subprocess.Popen([sys.executable, "-c", code, *args, "poll_s=60"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"})
+    try:
+        deadline = time.monotonic() + 120
+        while not any(job.get("attempts") for job in (load_manifest(sweep_dir) or {"jobs": {}})["jobs"].values()):
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()[0]
+            time.sleep(0.2)
+        manifest = (sweep_dir / "manifest.json").read_bytes()
+        second = runner.invoke(app, [*args, "poll_s=0.2"])
+        lines = [line for line in second.output.splitlines() if line.strip()]
+        assert second.exit_code == 2 and len(lines) == 1, second.output
+        assert lines[0].startswith(f"error: sweep directory {str(sweep_dir)!r} is in use by another lze-bench "
+                                   f"sweep (pid {first.pid} ")
+        assert (sweep_dir / "manifest.json").read_bytes() == manifest
+        assert runner.invoke(app, ["sweep", "status", str(sweep_dir)]).exit_code == 0  # reading is not locked
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=60)
+    again = runner.invoke(app, [*args, "poll_s=0.2"])
+    assert again.exit_code == 2 and "1 of 1 jobs failed" in again.output, again.output
+    assert [job["attempts"] for job in load_manifest(sweep_dir)["jobs"].values()] == [2]
+
+
+def test_a_requeue_that_stops_its_own_scontrol_is_a_requeue_not_a_failure():
+    """submitit's requeue runs `scontrol requeue`, which Slurm's requeue stops (SIGTERM) with the rest of the
+    job step: that is the requeue taking effect, so the job leaves without a result (not as a failed job);
+    any other failure of the handler is raised."""
+    import signal
+    import subprocess
+
+    from lze_bench import preemption
+
+    def requeue_stopped(signum, frame):
+        raise subprocess.CalledProcessError(-signal.SIGTERM, ["scontrol", "requeue", "9"])
+
+    def requeue_refused(signum, frame):
+        raise subprocess.CalledProcessError(1, ["scontrol", "requeue", "9"])
+
+    with pytest.raises(SystemExit) as leaving:
+        preemption.forward(requeue_stopped)
+    assert leaving.value.code == -1
+    with pytest.raises(subprocess.CalledProcessError):
+        preemption.forward(requeue_refused)
+    with pytest.raises(SystemExit) as plain:  # no handler to hand it to (not a submitit job)
+        preemption.forward(signal.SIG_DFL)
+    assert plain.value.code == 128 + signal.SIGUSR2

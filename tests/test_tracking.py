@@ -81,9 +81,18 @@ def _log_records(data: bytes, start: int, block: int = 32768):
 
 
 def wandb_history(run_dir: Path) -> list[dict]:
+    """The run's history as W&B shows it once the offline runs are synced in order: a run started with
+    `resume_from` (its config's `_wandb.branch_point`) keeps the earlier rows through that `_step` only."""
     rows = []
     for _, record in wandb_records(run_dir):
-        if record.WhichOneof("record_type") == "history":
+        kind = record.WhichOneof("record_type")
+        if kind in ("run", "config"):
+            items = record.run.config.update if kind == "run" else record.config.update
+            for item in items:
+                if item.key == "_wandb" and "branch_point" in json.loads(item.value_json):
+                    point = json.loads(item.value_json)["branch_point"]
+                    rows = [row for row in rows if row["_step"] <= int(point["step"])]
+        if kind == "history":
             rows.append({"/".join(item.nested_key) or item.key: json.loads(item.value_json)
                          for item in record.history.item})
     return rows
@@ -155,9 +164,11 @@ def check_every_ledger_column(run_dir: Path, backend_metrics: tuple[str, ...] = 
     assert set(LEDGER_COLUMNS) <= set(ledger.columns)
     by_step = tensorboard_scalars(run_dir / "tensorboard")
     by_flops = tensorboard_scalars(run_dir / "tensorboard" / "cum_flops")
-    history = [h for h in wandb_history(run_dir) if "ledger/step" in h]
-    last_logged = {int(h["ledger/step"]): h for h in history}  # a re-run step: its last copy
-    assert sorted(last_logged) == ledger["step"].tolist()
+    everything = wandb_history(run_dir)
+    assert [h["_step"] for h in everything] == list(range(len(everything)))  # no step twice, none out of order
+    history = [h for h in everything if "ledger/step" in h]
+    assert [int(h["ledger/step"]) for h in history] == ledger["step"].tolist()  # a re-run step: its new copy only
+    last_logged = {int(h["ledger/step"]): h for h in history}
     for _, row in ledger.iterrows():
         step, x = int(row["step"]), int(row["cum_flops"] // 1e6)
         values = finite_columns(row)
@@ -197,10 +208,12 @@ def local_run(tmp_path_factory):
     evaluate = ["eval", f"run={run}", "eval=synthetic", "limit=3", "eval.max_new_tokens=4", "grading.workers=1"]
     third = lze(*evaluate, env=env, cwd=root)
     runs_after_eval = sorted(run.glob("wandb/offline-run-*"))
-    events_after_eval = sorted(run.rglob("events.out.tfevents.*"))
     fourth = lze(*evaluate, env=env, cwd=root)  # nothing new: nothing sent again
-    return {"run": run, "outputs": [d.stdout + d.stderr for d in (first, second, third, fourth)], "second": second,
-            "runs_after_eval": runs_after_eval, "events_after_eval": events_after_eval}
+    # another setting (limit=2) of the same checkpoints, the later checkpoint first
+    later = [lze(*evaluate, "limit=2", f"checkpoints=[{name}]", env=env, cwd=root)
+             for name in ("step_000004", "step_000002")]
+    return {"run": run, "outputs": [d.stdout + d.stderr for d in (first, second, third, fourth, *later)],
+            "second": second, "runs_after_eval": runs_after_eval}
 
 
 def test_local_run_logs_every_ledger_column_each_step_with_cum_flops_axis(local_run):
@@ -220,22 +233,28 @@ def test_local_run_logs_every_ledger_column_each_step_with_cum_flops_axis(local_
 
 
 def test_local_evals_reach_both_trackers_once_when_written(local_run):
+    """Each eval setting is its own series; each checkpoint's point is in it once, in checkpoint order,
+    even when an earlier checkpoint is evaluated after a later one (limit=2: step 4, then step 2)."""
     run = local_run["run"]
     evals = read_evals(run)
+    keys = evals.groupby("settings_key")["limit"].first().to_dict()
+    assert sorted(keys.values()) == [2, 3]
     assert sorted(set(evals["step"])) == [0, 2, 4]  # the initial policy (warm start) and both checkpoints
-    tensorboard = tensorboard_scalars(run / "tensorboard")
-    by_flops = tensorboard_scalars(run / "tensorboard" / "cum_flops")
-    for row in evals.itertuples():
-        assert [v for s, v in tensorboard["eval/synthetic/accuracy"] if s == row.step] == [
-            pytest.approx(row.accuracy)]
-        assert [s for s, _ in by_flops["cum_flops/eval/synthetic/accuracy"]].count(int(row.cum_flops // 1e6)) == 1
     logged = [h for h in wandb_history(run) if "eval/step" in h]
-    assert [(h["eval/step"], h["eval/cum_flops"]) for h in logged] == list(zip(evals["step"], evals["cum_flops"]))
-    assert all(f"eval/synthetic/pass@{k}" in h for h, k in zip(logged, evals["k"]))
+    for key, limit in keys.items():
+        rows = evals[evals["settings_key"] == key].sort_values("step")
+        assert rows["step"].tolist() == ([0, 2, 4] if limit == 3 else [2, 4])
+        tag = f"eval/synthetic/{key}/accuracy"
+        tensorboard = tensorboard_scalars(run / "tensorboard" / f"eval-{key}")
+        by_flops = tensorboard_scalars(run / "tensorboard" / "cum_flops" / f"eval-{key}")
+        assert tensorboard[tag] == [(int(r.step), pytest.approx(r.accuracy)) for r in rows.itertuples()]
+        assert [s for s, _ in by_flops[f"cum_flops/{tag}"]] == [int(f // 1e6) for f in rows["cum_flops"]]
+        points = [(h["eval/step"], h["eval/cum_flops"], h[tag]) for h in logged if tag in h]
+        assert sorted(points) == [(r.step, r.cum_flops, pytest.approx(r.accuracy)) for r in rows.itertuples()]
+        assert all(f"eval/synthetic/{key}/pass@{k}" in h for h, k in zip(logged, rows["k"]) if tag in h)
     assert wandb_axes(run)["eval/*"] == "eval/cum_flops"
-    # the second `lze-bench eval` skipped every benchmark: no W&B run, no event file
-    assert sorted(run.glob("wandb/offline-run-*")) == local_run["runs_after_eval"]
-    assert sorted(run.rglob("events.out.tfevents.*")) == local_run["events_after_eval"]
+    # the second `lze-bench eval` skipped every benchmark: no W&B run; the two later ones one each
+    assert len(sorted(run.glob("wandb/offline-run-*"))) == len(local_run["runs_after_eval"]) + 2
 
 
 def test_local_run_names_and_no_key_in_any_file(local_run):

@@ -7,6 +7,8 @@ default run is the slow test at the bottom.
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -377,3 +379,85 @@ def test_openrlhf_refuses_held_out_evals_it_cannot_run(tmp_path):
                                  "trainer.flop_budget=1e12", "trainer.eval_every_flops=1e11", f"run_dir={tmp_path / 'x'}"])
     assert "trainer.eval_every_flops" in one_error_line(result)
     assert "trainer.checkpoint_every_flops" in one_error_line(result)
+
+
+def test_a_resume_on_other_training_data_is_refused_in_one_line(tmp_path, cache_dir, resumable_run):
+    """data.json records the rows the run started on; here it says 63 train prompts (as if the task's
+    generator had changed since) and the same command now loads 64: the resume is refused, nothing cut."""
+    import json
+
+    from lze_bench.fingerprint import fingerprint
+    from lze_bench.tasks.synthetic import SyntheticTaskConfig, load_split
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(resumable_run, run_dir)
+    record = json.loads((run_dir / "data.json").read_text())
+    task = yaml.safe_load((run_dir / "config.yaml").read_text())["task"]
+    rows = load_split("train", SyntheticTaskConfig(**task))
+    assert record["train"] == fingerprint(rows) and record["train"]["rows"] == 64 and record["heldout"]["rows"] == 12
+    record["train"] = fingerprint(rows[:-1])
+    (run_dir / "data.json").write_text(json.dumps(record))
+    ledger = (run_dir / "ledger.parquet").read_bytes()
+    line = one_error_line(train(run_dir, cache_dir, *RESUMABLE))
+    assert line.startswith(f"error: {run_dir / 'data.json'}: the run started on 63 (sha256 ")
+    assert "train rows and task=synthetic now gives 64 (sha256 " in line and "new run_dir=PATH" in line
+    assert (run_dir / "ledger.parquet").read_bytes() == ledger and not is_done(run_dir)
+
+
+def test_a_resume_exactly_at_an_epoch_boundary_continues_with_the_next_epoch(tmp_path, cache_dir):
+    """8 prompts, 4 a step: the checkpoint after step 2 ends epoch 0; the resumed steps 2-3 roll out
+    epoch 1's order, as the unbroken run does."""
+    from lze_bench.data_order import DataOrder
+
+    common = ["task.num_train=8", "trainer.steps=4", "trainer.checkpoint_every=2", "trainer.eval_every=4"]
+    unbroken, broken = tmp_path / "unbroken", tmp_path / "broken"
+    ok(train(unbroken, cache_dir, *common))
+    ok(train(broken, cache_dir, *common, "backend.stop_after_steps=3"))  # step 2 is lost, checkpoint at 2
+    ok(train(broken, cache_dir, *common))
+    order = DataOrder(8, 0)
+    expected = [sorted(order.permutation(epoch)[i:i + 4].tolist()) for epoch in (0, 1) for i in (0, 4)]
+    for run_dir in (unbroken, broken):
+        rollouts = read_rollouts(run_dir)
+        assert [sorted(rollouts[rollouts["step"] == s]["prompt_id"].tolist()) for s in range(4)] == expected
+        assert (read_ledger(run_dir)["prompts_dropped"] == 0).all()
+
+
+def test_a_preempted_sweep_job_saves_the_step_in_hand_and_its_ledger_equals_an_unbroken_run(tmp_path, cache_dir):
+    """Slurm's warning signal (SIGUSR2) reaches a submitit job mid-run: it finishes the step in hand, saves a
+    checkpoint there (no periodic one is due before the end) and is requeued; the requeued job resumes from
+    that checkpoint, so at most the step in hand is redone, and the ledger equals an unbroken run's."""
+    import signal
+
+    import submitit
+
+    from lze_bench.sweep.job import TrainJob
+
+    common = [*TINY, f"backend.cache_dir={cache_dir}", "trainer.steps=8", "trainer.checkpoint_every=100",
+              "trainer.eval_every=4"]
+    unbroken = tmp_path / "unbroken"
+    ok(runner.invoke(app, ["train", *common, f"run_dir={unbroken}"]))
+    broken = tmp_path / "broken"
+    executor = submitit.LocalExecutor(folder=tmp_path / "submitit", max_num_timeout=2)
+    executor.update_parameters(timeout_min=10)
+    job = executor.submit(TrainJob(common, str(broken)))
+    rows = 0
+    deadline = time.monotonic() + 300
+    while rows < 2:  # the job is training: its ledger has rows
+        assert not job.done() and time.monotonic() < deadline, job.stderr()
+        time.sleep(0.2)
+        rows = len(read_ledger(broken)) if (broken / "ledger.parquet").exists() else 0
+    controller = job._process.pid  # submitit's local controller; the training process is its child
+    task = int(open(f"/proc/{controller}/task/{controller}/children").read().split()[0])
+    os.kill(task, signal.SIGUSR2)
+    result = job.result()
+    assert result["run_dir"] == str(broken) and is_done(broken)
+    log = job.stderr() + job.stdout()
+    saved = re.search(r"preemption warning: checkpoint step_(\d+) saved", log)
+    assert saved, log[-3000:]
+    step = int(saved.group(1))
+    assert rows <= step <= rows + 2 and step < 8  # the rows seen when signalled, plus the step in hand
+    assert f"resuming {broken} from checkpoint step_{step:06d}" in log
+    assert [s for s, _ in list_checkpoints(broken)] == [step, 8]
+    columns = [c for c in LEDGER_COLUMNS if c not in TIME_COLUMNS]
+    pd.testing.assert_frame_equal(read_ledger(unbroken)[columns], read_ledger(broken)[columns])
+    assert not (broken / "PREEMPT").exists()  # the requeued attempt cleared the marker

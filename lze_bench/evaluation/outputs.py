@@ -3,7 +3,9 @@
 Per checkpoint and settings key (settings.py), one folder:
 
     <checkpoint out>/<settings_key>/<benchmark>.jsonl   one row per sample (prompt, response, verdict, tokens)
-    <checkpoint out>/<settings_key>/summary.json        benchmark -> metrics, settings, suite, token and time counts
+    <checkpoint out>/<settings_key>/summary.json        benchmark -> metrics, settings, suite, token and time counts,
+                                                        shares of responses cut at max_new_tokens and of prompts
+                                                        truncated to fit the context (cut_response_frac, cut_prompt_frac)
     <checkpoint out>/<settings_key>/summary.csv         the same, one row per benchmark
 
 `<checkpoint out>` is `<run>/evals/<checkpoint>/` for a run (`evals/initial/`
@@ -40,8 +42,9 @@ logger = logging.getLogger(__name__)
 SUMMARY = "summary.json"
 SUMMARY_CSV = "summary.csv"
 CSV_COLUMNS = ("benchmark", "checkpoint", "step", "suite", "settings_key", "num_problems", "samples_per_problem",
-               "accuracy", "ci_low", "ci_high", "ci_method", "generated_tokens", "tokens_per_s", "grade_timeouts",
-               "grade_errors")
+               "accuracy", "ci_low", "ci_high", "ci_method", "cut_response_frac", "cut_prompt_frac", "generated_tokens",
+               "tokens_per_s", "grade_timeouts", "grade_errors")
+CUT_WARNING = 0.05  # above this share of cut responses or truncated prompts, the eval says so in a warning line
 SEED_COLUMNS = ("seeds", "accuracy_std", "accuracy_per_seed")  # seed aggregates only (seeds.py)
 METRIC_SUFFIXES = ("ci_low", "ci_high", "std", "per_seed")  # after each pass@k / maj@k column
 
@@ -121,9 +124,12 @@ def append_to_run(run: Path, step: int | None, checkpoint: str, entries: list[di
             **{name: settings[name] for name in ("split", "temperature", "top_p", "max_new_tokens", "limit", "seed",
                                                  "prompt_template", "chat_template", "grading")},
             "generation_backend": entry["generation_backend"], "cum_flops": cum_flops,
+            # summaries written before the shares were recorded: unknown (NaN), not "nothing cut"
+            **{column: entry.get(column, float("nan")) for column in ("cut_response_frac", "cut_prompt_frac")},
         })
     old = read_evals(run)
-    log_evals(run, rows, recorded=zip(old["checkpoint"], old["benchmark"], old["settings_key"]))
+    log_evals(run, rows, recorded=list(zip(old["checkpoint"], old["benchmark"], old["settings_key"])),
+              history=old.to_dict("records"))
     append_eval_rows(run, rows)
 
 
@@ -158,8 +164,9 @@ def print_summary(entries: list[dict], folders: list[Path]) -> None:
     seeded = any("seeds" in e for e in entries)
     table = Table(title="lze-bench eval")
     for column in ("checkpoint", "benchmark", "problems", "n", *(["seeds"] if seeded else []), avg, "95% CI",
-                   *(["per seed"] if seeded else []), *[f"{m}@{k}" for m in ("pass", "maj") for k in ks], "tokens/s"):
-        table.add_column(column, justify="right")
+                   *(["per seed"] if seeded else []), *[f"{m}@{k}" for m in ("pass", "maj") for k in ks],
+                   "cut resp/prompt", "tokens/s"):
+        table.add_column(column, justify="right", no_wrap=column.startswith("cut"))
     for e in entries:
         speed = f"{e['tokens_per_s']:.1f}" if e.get("tokens_per_s") else "-"
         mean = f"{e['accuracy']:.4f}" + (f" ± {e['accuracy_std']:.4f}" if "accuracy_std" in e else "")
@@ -167,7 +174,7 @@ def print_summary(entries: list[dict], folders: list[Path]) -> None:
         table.add_row(str(e["checkpoint"])[-40:], e["benchmark"], str(e["num_problems"]), str(e["samples_per_problem"]),
                       *([",".join(map(str, e.get("seeds", [])))] if seeded else []), mean,
                       _interval(e.get("ci_low"), e.get("ci_high")), *spread,
-                      *[_metric(e, f"{m}@{k}") for m in ("pass", "maj") for k in ks], speed)
+                      *[_metric(e, f"{m}@{k}") for m in ("pass", "maj") for k in ks], _cut(e), speed)
     console = Console(width=max(120, Console().width))
     console.print(table)
     if entries:
@@ -179,6 +186,16 @@ def print_summary(entries: list[dict], folders: list[Path]) -> None:
                       "Wilson over problems (lze_bench/evaluation/metrics.py)", highlight=False)
     for folder in folders:
         console.print(f"outputs: {folder}", highlight=False)
+
+
+def _cut(entry: dict) -> str:
+    """Shares of responses cut at max_new_tokens / prompts truncated ("-" in results written before they were
+    recorded); `!` marks a share over CUT_WARNING."""
+    shares = [entry.get("cut_response_frac"), entry.get("cut_prompt_frac")]
+    if any(v is None or v != v for v in shares):
+        return "-"
+    flag = " !" if max(shares) > CUT_WARNING else ""
+    return f"{shares[0]:.0%}/{shares[1]:.0%}{flag}"
 
 
 def _interval(low, high) -> str:

@@ -47,6 +47,7 @@ from lze_bench.errors import LzeBenchError
 from lze_bench.evaluation.outputs import (append_to_run, finished, print_summary, read_summary, results_dir,
                                           write_samples, write_summary)
 from lze_bench.evaluation.settings import seed_settings, settings_key
+from lze_bench.fingerprint import fingerprint
 from lze_bench.rundir import CONFIG, EVALS, list_checkpoints
 
 logger = logging.getLogger(__name__)
@@ -116,7 +117,26 @@ def find_targets(options) -> list[Target]:
 
 def run_targets(run: Path, options) -> list[Target]:
     """The run's initial policy (see the module docstring) and complete checkpoints, oldest first,
-    restricted to `options.checkpoints` when given."""
+    restricted to `options.checkpoints` when given (a name the run lacks is refused, naming what it has)."""
+    targets = all_run_targets(run, options)
+    if options.checkpoints is None:
+        return targets
+    chosen, unknown = choose_checkpoints(targets, options.checkpoints)
+    if unknown:
+        raise LzeBenchError(f"checkpoints: {', '.join(unknown)} not in run {str(run)!r} "
+                            f"(it has: {', '.join(t.checkpoint for t in targets)})")
+    return chosen
+
+
+def choose_checkpoints(targets: list[Target], names) -> tuple[list[Target], list[str]]:
+    """(the targets named, in the order given; the names no target has)."""
+    known = {t.checkpoint: t for t in targets}
+    return [known[name] for name in names if name in known], [name for name in names if name not in known]
+
+
+def all_run_targets(run: Path, options) -> list[Target]:
+    """Every target of a run: its initial policy (unless `initial=false` or it has step_000000) and each
+    complete checkpoint, oldest first."""
     if not run.is_dir():
         raise LzeBenchError(f"run={str(run)!r} is not a directory")
     found = list_checkpoints(run)
@@ -131,13 +151,6 @@ def run_targets(run: Path, options) -> list[Target]:
                            "not evaluated, so reports have no accuracy before training for it", run)
         else:
             targets.insert(0, Target(0, INITIAL, policy, root / INITIAL))
-    if options.checkpoints is not None:
-        known = {t.checkpoint: t for t in targets}
-        unknown = [name for name in options.checkpoints if name not in known]
-        if unknown:
-            raise LzeBenchError(f"checkpoints: {', '.join(unknown)} not in run {str(run)!r} "
-                                f"(it has: {', '.join(known)})")
-        targets = [known[name] for name in options.checkpoints]
     return targets
 
 
@@ -203,6 +216,9 @@ def evaluate_target(target: Target, options, per_seed: list[dict], data: dict, g
     summaries = {key: read_summary(folder) for key, folder in folders.items()}
     todo = {key: [name for name in names if not finished(folders[key], name, key, summaries[key])] for key in folders}
     for key, folder in folders.items():
+        for name in set(names) - set(todo[key]):
+            check_same_rows(folder, name, summaries[key][name], data[name])
+    for key, folder in folders.items():
         skipped = [name for name in names if name not in todo[key]]
         if skipped:
             logger.info("%s: already evaluated with settings %s: %s", target.checkpoint, key, ", ".join(skipped))
@@ -214,6 +230,8 @@ def evaluate_target(target: Target, options, per_seed: list[dict], data: dict, g
                                    use_chat_template=options.eval.use_chat_template, seed=per_seed[0]["seed"],
                                    engine=options.generation)
         try:
+            check_answer_room(generator, {name: data[name] for key in todo for name in todo[key]}, options.eval,
+                              target.checkpoint)
             for settings in per_seed:
                 key = settings_key(settings)
                 for name in todo[key]:
@@ -233,13 +251,11 @@ def evaluate_target(target: Target, options, per_seed: list[dict], data: dict, g
 
 def evaluate_benchmark(name: str, rows: list[dict], target: Target, folder: Path, generator, options, settings: dict,
                        grader, progress) -> dict:
-    from lze_bench.data import get_spec
     from lze_bench.evaluation.generation import Sampling
     from lze_bench.evaluation.metrics import summarize
 
     suite = options.eval
-    spec = get_spec(name)
-    messages = [spec.messages(row["problem"], suite.prompt_template, suite.prompt) for row in rows]
+    messages = benchmark_messages(name, rows, suite)
     seed = settings["seed"] * 1_000_003 + zlib.crc32(name.encode())  # per benchmark: resumable and independent
     sampling = Sampling(suite.n_samples, suite.temperature, suite.top_p, suite.max_new_tokens, seed % 2**31)
     label = f"{target.checkpoint[-40:]} {name}" + (f" seed {settings['seed']}" if suite.seeds else "")
@@ -257,6 +273,8 @@ def evaluate_benchmark(name: str, rows: list[dict], target: Target, folder: Path
     generated = generator.generated_tokens - tokens_before
     generate_s = generator.generate_s - time_before
     statuses = [g.status for g in grades]
+    cut = cut_shares(results)
+    warn_if_cut(target.checkpoint, name, cut, suite.max_new_tokens)
     return {
         "benchmark": name, "checkpoint": target.checkpoint, "step": target.step, "model": target.path,
         "suite": suite.name, **summarize(correct, answers, suite.ks),
@@ -264,10 +282,70 @@ def evaluate_benchmark(name: str, rows: list[dict], target: Target, folder: Path
         "tokens_per_s": generated / generate_s if generate_s > 0 else None, "grade_s": grade_s,
         "grade_timeouts": statuses.count("timeout"), "grade_errors": statuses.count("error"),
         "no_answer": statuses.count("no_answer"), "truncated_prompts": sum(r.truncated for r in results),
-        "max_new_tokens_used": min((r.max_new_tokens for r in results), default=None),
+        "max_new_tokens_used": min((r.max_new_tokens for r in results), default=None), **cut,
         "generation_backend": generator.name, "device": options.device, "settings": settings,
         "grading_timeout_s": options.grading.timeout_s, "dtype": options.generation.dtype,
+        "data": fingerprint(rows),
     }
+
+
+def check_same_rows(folder: Path, name: str, entry: dict, rows: list[dict]) -> None:
+    """A finished result is reused only for the rows it was computed on (its `data` fingerprint): a benchmark
+    file replaced since would otherwise be reported with the old file's accuracy. Results from before the
+    fingerprint was recorded are reused as they are."""
+    from lze_bench.evaluation.outputs import SUMMARY
+
+    was, now = entry.get("data"), fingerprint(rows)
+    if isinstance(was, dict) and (was.get("rows"), was.get("sha256")) != (now["rows"], now["sha256"]):
+        raise LzeBenchError(
+            f"{Path(folder) / SUMMARY}: {name} was evaluated on {was.get('rows')} rows (sha256 "
+            f"{str(was.get('sha256'))[:12]}) and its data now gives {now['rows']} (sha256 {now['sha256'][:12]}); "
+            f"restore the benchmark file it was evaluated on, or move {folder} away to evaluate it again")
+
+
+def benchmark_messages(name: str, rows: list[dict], suite) -> list:
+    """The prompt (a user message or chat turns) of each row, under the suite's prompt convention."""
+    from lze_bench.data import get_spec
+
+    spec = get_spec(name)
+    return [spec.messages(row["problem"], suite.prompt_template, suite.prompt) for row in rows]
+
+
+def cut_shares(results) -> dict:
+    """Shares of responses that stopped at the token budget (finish "length": the answer may be missing only
+    because it was cut) and of prompts truncated from the left to fit the context (generation.py)."""
+    finishes = [c.finish for r in results for c in r.completions]
+    return {"cut_response_frac": finishes.count("length") / len(finishes) if finishes else 0.0,
+            "cut_prompt_frac": sum(r.truncated for r in results) / len(results) if results else 0.0}
+
+
+def warn_if_cut(checkpoint: str, name: str, cut: dict, max_new_tokens: int) -> None:
+    from lze_bench.evaluation.outputs import CUT_WARNING
+
+    if max(cut.values()) > CUT_WARNING:
+        logger.warning("%s %s: %.1f%% of responses stopped at max_new_tokens (%d) and %.1f%% of prompts were "
+                       "truncated to fit the context; cut answers count as wrong (raise eval.max_new_tokens, or "
+                       "use a model with a longer context)", checkpoint, name, 100 * cut["cut_response_frac"],
+                       max_new_tokens, 100 * cut["cut_prompt_frac"])
+
+
+def check_answer_room(generator, data: dict[str, list[dict]], suite, checkpoint: str) -> None:
+    """Refuse, before anything is generated, a prompt that leaves fewer than `eval.min_answer_tokens` (at most
+    eval.max_new_tokens) of the model's context for the answer: truncating it from the left, or answering in a few tokens, would score
+    the model on a problem it was not really given. 0 turns the check off (prompts are then truncated)."""
+    need = min(int(suite.min_answer_tokens), int(suite.max_new_tokens))  # never more room than the answer may use
+    if not need or not generator.context:
+        return
+    for name, rows in data.items():
+        lengths = [len(generator.encode(generator.render(m))) for m in benchmark_messages(name, rows, suite)]
+        short = [i for i, length in enumerate(lengths) if generator.context - length < need]
+        if short:
+            worst = max(short, key=lambda i: lengths[i])
+            raise LzeBenchError(
+                f"eval.min_answer_tokens={need}: {len(short)} of {len(rows)} {name} prompts leave less for the answer "
+                f"in {checkpoint}'s {generator.context}-token context (problem {rows[worst]['id']}: "
+                f"{lengths[worst]} prompt tokens); use a model with a longer context, a shorter prompt "
+                "(eval.prompt_template), or eval.min_answer_tokens=0 to truncate such prompts from the left")
 
 
 def _progress(show: bool):

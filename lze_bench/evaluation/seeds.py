@@ -95,6 +95,10 @@ def aggregate_target(out_dir: Path, per_seed: list[dict], benchmarks: list[str],
             entry[field] = sum(e.get(field) or 0 for e in seed_entries)
         entry["tokens_per_s"] = entry["generated_tokens"] / entry["generate_s"] if entry["generate_s"] > 0 else None
         entry["generation_backend"] = first.get("generation_backend")
+        for field in ("cut_response_frac", "cut_prompt_frac"):  # every seed samples the same prompts: the mean share
+            shares = [e.get(field) for e in seed_entries]
+            if all(isinstance(v, (int, float)) for v in shares):
+                entry[field] = sum(shares) / len(shares)
         out[name] = entry
     folder = seeds_dir(out_dir, ordered)
     if _canonical(read_summary(folder)) != _canonical(out):

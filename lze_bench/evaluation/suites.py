@@ -49,6 +49,10 @@ class SuiteConfig:
     temperature: float = 0.0  # 0 = greedy decoding
     top_p: float = 1.0
     max_new_tokens: int = 2048  # clamped to the model's context window (generation.py)
+    # > 0: a prompt leaving fewer context tokens than this (at most max_new_tokens) for the answer is refused
+    # before anything is generated (runner.py); 0: such prompts are truncated from the left, and the share
+    # truncated is reported. A check, not a setting: not in the settings key
+    min_answer_tokens: int = 0
     ks: List[int] = field(default_factory=lambda: [1])  # pass@k / maj@k for each k
     limit: Optional[int] = None  # first N problems of each benchmark (smoke runs)
     prompt_template: Optional[str] = None  # null: each benchmark's own template ({problem})
@@ -77,6 +81,8 @@ class SuiteConfig:
         )
         require(0 < self.top_p <= 1, "eval.top_p", f"must be in (0, 1], got {self.top_p}")
         require(self.max_new_tokens >= 1, "eval.max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
+        require(self.min_answer_tokens >= 0, "eval.min_answer_tokens", f"must be >= 0 (0 = off), got "
+                f"{self.min_answer_tokens}")
         require(len(self.ks) > 0, "eval.ks", "list at least one k")
         for k in self.ks:
             require(1 <= k <= self.n_samples, "eval.ks", f"each k must be in [1, n_samples={self.n_samples}], got {k}")
@@ -171,7 +177,9 @@ class EvalConfig:
     model: ModelConfig = MISSING
     eval: SuiteConfig = MISSING
     run: Optional[str] = None  # a run directory: evaluate each complete checkpoint, append to its ledger
-    checkpoints: Optional[List[str]] = None  # with run=: only these (checkpoint dir names, or "initial"); null = all
+    # with run= or sweep_dir=: only these (checkpoint dir names, or "initial"); null = all. A name some run lacks
+    # is refused before anything starts, naming each run and what it lacks
+    checkpoints: Optional[List[str]] = None
     initial: bool = True  # with run=: also the run's initial policy (step 0), unless it has a step_000000 checkpoint
     # sweep_dir=DIR: every checkpoint of every finished run of a sweep (or folder of run dirs), as submitit jobs
     sweep_dir: Optional[str] = None
@@ -197,7 +205,8 @@ class EvalConfig:
                    if (self.model.path if key == "model.path" else getattr(self, key))]
         require(len(targets) <= 1, targets[-1] if targets else "run",
                 "pass one of model=PATH_OR_HF_ID, run=RUN_DIR or sweep_dir=SWEEP_DIR")
-        require(self.checkpoints is None or bool(self.run), "checkpoints", "names checkpoints of run=RUN_DIR; pass run=")
+        require(self.checkpoints is None or bool(self.run or self.sweep_dir), "checkpoints",
+                "names checkpoints of run=RUN_DIR or of every run of sweep_dir=SWEEP_DIR; pass one of them")
         require(self.eval.seeds is None or self.seed == 0, "seed",
                 f"seed={self.seed} and eval.seeds={list(self.eval.seeds or [])} both set the sampling seed; pass "
                 f"one (eval.seeds=[{self.seed}] for this seed alone)")

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lze_bench.errors import LzeBenchError
+from lze_bench.errors import LzeBenchError, damaged_file
 from lze_bench.ledger import LEDGER_FILE, read_ledger, read_rollouts
 from lze_bench.report.offline import offline_flops
 from lze_bench.rundir import CONFIG, DONE, is_done
@@ -133,10 +133,22 @@ def hardware(cfg: dict) -> tuple[int | None, int]:
 
 
 def _read_done(run_dir: Path) -> dict:
+    """The run's DONE summary; one line naming the file when it is not a JSON object (it is left as is).
+
+    An empty DONE (older runs) is an empty summary, which is also the way out offered for a damaged one:
+    the run's curves do not depend on it, only its stop reason and FLOP budget do."""
     import json
 
-    text = (run_dir / DONE).read_text().strip()
-    return json.loads(text) if text else {}
+    path = run_dir / DONE
+    try:
+        text = path.read_text().strip()
+        summary = json.loads(text) if text else {}
+        if not isinstance(summary, dict):
+            raise ValueError(f"a JSON {type(summary).__name__}, not an object")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise damaged_file(path, exc, "restore it from a copy, or empty it (the report then shows that run without "
+                                      "its stop reason and FLOP budget)") from exc
+    return summary
 
 
 def heldout_problems(runs: list[Run]) -> int | None:

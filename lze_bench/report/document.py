@@ -95,7 +95,9 @@ def _eval_results(texts: dict, report: dict) -> list[str]:
             "zero width, not even at 0 or 100% (lze_bench/evaluation/metrics.py). Each eval point sits at its "
             "checkpoint's cumulative training FLOPs (the ledger's cum_flops after that many steps; the initial "
             "policy at 0), and a run is used for a benchmark only when its final checkpoint, the policy at the "
-            "budget, was evaluated.", ""]
+            "budget, was evaluated. \"Most cut\" is the largest share, over a benchmark's eval points, of answers "
+            "that stopped at max_new_tokens and of prompts truncated to fit the model's context: a cut answer "
+            "counts as wrong, so a large share means the accuracy measures the budget as much as the model.", ""]
 
 
 def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: list) -> str:

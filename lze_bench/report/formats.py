@@ -68,11 +68,20 @@ def reach_cells(t2: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 def benchmark_cells(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """Which eval results each benchmark's rows come from (report/suites.py)."""
-    header = ["benchmark", "problems", "samples / problem", "suite", "settings key", "settings", "eval seeds", "runs"]
+    header = ["benchmark", "problems", "samples / problem", "suite", "settings key", "settings", "eval seeds", "runs",
+              "most cut (answers / prompts)"]
     rows = [[str(r["benchmark"]), str(r["problems"]), str(int(r["samples_per_problem"])), str(r["suite"]),
-             str(r["settings_key"]), str(r["settings"]), str(r["eval_seeds"]), str(int(r["runs"]))]
+             str(r["settings_key"]), str(r["settings"]), str(r["eval_seeds"]), str(int(r["runs"])),
+             _cut_cell(r.get("cut_response_frac"), r.get("cut_prompt_frac"))]
             for _, r in frame.iterrows()]
     return header, rows
+
+
+def _cut_cell(responses, prompts) -> str:
+    """"12% / 0%"; "-" where the results predate the shares (NaN)."""
+    if responses is None or prompts is None or responses != responses or prompts != prompts:
+        return "-"
+    return f"{responses:.0%} / {prompts:.0%}"
 
 
 def cost_cells(t3: pd.DataFrame) -> tuple[list[str], list[list[str]]]:

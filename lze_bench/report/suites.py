@@ -25,7 +25,9 @@ so a run whose last checkpoints are not evaluated yet is left out of that
 benchmark (named in a warning) rather than reported at less compute.
 
 `benchmark_table` gives what the report prints per benchmark: problems,
-samples per problem, suite, settings key and settings, runs evaluated.
+samples per problem, suite, settings key and settings, runs evaluated, and the
+largest shares over its eval points of responses cut at max_new_tokens and of
+prompts truncated to fit the context.
 """
 
 from __future__ import annotations
@@ -124,7 +126,7 @@ def average_seeds(rows: pd.DataFrame) -> pd.DataFrame:
                                 f"{int(twice.iloc[0])} under settings keys {keys} (settings evals.parquet does not "
                                 "record, such as eval.ks, differ); choose one with --eval-suite KEY")
         first = group.iloc[0].copy()
-        for column in ("accuracy", "pass_at_k", "maj_at_k"):
+        for column in ("accuracy", "pass_at_k", "maj_at_k", "cut_response_frac", "cut_prompt_frac"):
             first[column] = float(group[column].mean())
         first["eval_seeds"] = len(group)
         pairs = sorted(zip(group["seed"].astype(int), group["settings_key"]))
@@ -164,9 +166,13 @@ def benchmark_table(rows: pd.DataFrame) -> pd.DataFrame:
                     "suite": "/".join(sorted(set(group["suite"]))), "settings_key": _keys(group),
                     "settings": describe(settings_of(first, seeds)),
                     "eval_seeds": str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}",
-                    "runs": int(group["run"].nunique()), "eval_points": int(len(group))})
+                    "runs": int(group["run"].nunique()), "eval_points": int(len(group)),
+                    # the worst eval point: a curve is only as trustworthy as its most-cut point (NaN: not recorded)
+                    "cut_response_frac": float(group["cut_response_frac"].max()),
+                    "cut_prompt_frac": float(group["cut_prompt_frac"].max())})
     return pd.DataFrame(out, columns=["benchmark", "problems", "samples_per_problem", "suite", "settings_key",
-                                      "settings", "eval_seeds", "runs", "eval_points"])
+                                      "settings", "eval_seeds", "runs", "eval_points", "cut_response_frac",
+                                      "cut_prompt_frac"])
 
 
 def _keys(group: pd.DataFrame) -> str:

@@ -114,7 +114,7 @@ def sweep_overrides(args: list[str]) -> list[str]:
 
 
 def plan_evals(options, args: list[str], launcher: dict) -> EvalPlan:
-    from lze_bench.evaluation.runner import load_suite, run_targets
+    from lze_bench.evaluation.runner import all_run_targets, choose_checkpoints, load_suite
     from lze_bench.evaluation.settings import group_settings, seed_settings, settings_key
     from lze_bench.rundir import is_done
     from lze_bench.sweep.manifest import runs_of
@@ -132,12 +132,15 @@ def plan_evals(options, args: list[str], launcher: dict) -> EvalPlan:
     data = load_suite(options, per_seed[0])  # every benchmark checked before anything is submitted
     overrides = sweep_overrides(args)
     eval_dir = (source / EVALS_ROOT / f"{_safe(options.eval.name)}-{key}").resolve()
-    jobs, pending = [], []
+    jobs, pending, lacking = [], [], []
     for run_dir, axes in runs_of(source):
         if not is_done(run_dir):
             pending.append(run_dir.name)
             continue
-        targets = run_targets(run_dir, _with_run(options, run_dir))
+        targets = all_run_targets(run_dir, _with_run(options, run_dir))
+        if options.checkpoints is not None:
+            targets, unknown = choose_checkpoints(targets, options.checkpoints)
+            lacking += [f"{run_dir.name} has no {', '.join(unknown)}"] if unknown else []
         selector, seed = _identity(run_dir, axes)
         names = [t.checkpoint for t in targets]
         groups = [names] if options.job_per == "run" else [[name] for name in names]
@@ -145,6 +148,9 @@ def plan_evals(options, args: list[str], launcher: dict) -> EvalPlan:
             name = run_dir.name if options.job_per == "run" else f"{run_dir.name}-{group[0]}"
             jobs.append(PlannedEval(name, run_dir.resolve(), group, overrides, list(options.eval.benchmarks), key,
                                     selector, seed, seed_keys))
+    if lacking:  # every run named at once, before any job is submitted
+        raise LzeBenchError(f"checkpoints: {'; '.join(lacking)} (under {str(source)!r}); name checkpoints every "
+                            "finished run has (`lze-bench eval sweep_dir=... --dry-run` lists them)")
     if pending:
         log.warning("%d run(s) not finished (no DONE), left out: %s; run this command again once they finish",
                     len(pending), ", ".join(pending))

@@ -3,10 +3,11 @@
 submitit pickles a `TrainJob`, runs it on the node (or as a local process) and,
 on preemption or time-out, calls `checkpoint()`; the DelayedSubmission it
 returns is requeued (at most launcher.max_requeue times on time-out; Slurm
-preemptions are not counted by submitit). Nothing needs saving at that moment:
-the backend checkpoints every `trainer.checkpoint_every` steps and resumes from
-the last complete checkpoint when started again on the same run_dir, so the
-requeued job is the very same call. A job checks that the config it composes
+preemptions are not counted by submitit). A training job first defers Slurm's
+warning signal (lze_bench.preemption): the backend finishes the step in hand,
+checkpoints it and stops, and only then is submitit's requeue run; the backend
+resumes from its last complete checkpoint when started again on the same
+run_dir, so the requeued job is the very same call. A job checks that the config it composes
 when it starts has the hash the sweep planned (see `_check_config`).
 
 Multi-node jobs (launcher.nodes > 1) run one task per node; each task calls the
@@ -55,7 +56,13 @@ class TrainJob(Checkpointable):
         self._check_config(cfg)
         resumed = (Path(self.run_dir) / "ledger.parquet").exists()
         log.info("job %s: train %s (resume=%s)", _job_id(), self.run_dir, resumed)
-        run_training(cfg)
+        from lze_bench import preemption
+
+        with preemption.deferred(self.run_dir) as previous:  # the step in hand is saved before the requeue
+            run_training(cfg)
+        if preemption.requested(self.run_dir) and not is_done(self.run_dir):
+            log.warning("job %s: preempted; %s saved its last step, requeueing", _job_id(), self.run_dir)
+            preemption.forward(previous)
         return {"run_dir": self.run_dir, "resumed": resumed, "already_done": False}
 
     def _check_config(self, cfg) -> None:

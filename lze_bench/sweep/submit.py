@@ -51,6 +51,7 @@ def slurm_parameters(launcher: dict, name: str) -> dict:
         "ntasks_per_node": 1,  # one training process per node; the backend spreads over GPUs
         "cpus_per_task": int(launcher["cpus_per_task"]),
         "array_parallelism": int(launcher["array_parallelism"]),
+        "signal_delay_s": int(launcher.get("signal_delay_s", 180)),  # --signal=USR2@S (lze_bench.preemption)
         "setup": [*thread_exports(launcher), *launcher.get("setup", [])],
         "additional_parameters": dict(launcher.get("additional_parameters") or {}),
         # the job step gets the task's CPUs (Slurm 22.05-23.02 give it one otherwise); a failed task ends the rest
@@ -96,7 +97,8 @@ def make_executor(plan):
     if int(launcher["nodes"]) != 1:
         raise LzeBenchError("launcher.nodes: launcher=local runs on this machine only; use nodes=1 or launcher=slurm")
     executor = submitit.LocalExecutor(folder=folder, max_num_timeout=max_requeue)
-    executor.update_parameters(timeout_min=int(launcher["timeout_min"]), gpus_per_node=int(launcher["gpus_per_node"]))
+    executor.update_parameters(timeout_min=int(launcher["timeout_min"]), gpus_per_node=int(launcher["gpus_per_node"]),
+                               signal_delay_s=int(launcher.get("signal_delay_s", 180)))
     return executor
 
 
@@ -145,11 +147,20 @@ def submit(executor, plan, data: dict, names: list[str]) -> None:
 
 
 def run_sweep(plan, wait: bool = True, poll_s: float = 5.0, command_line: list[str] = ()) -> dict:
-    """Submit what is not done or running; with `wait`, block until all jobs end. Returns the manifest."""
+    """Submit what is not done or running; with `wait`, block until all jobs end. Returns the manifest.
+
+    One process per sweep directory, for the whole call (runlock.py): two pollers would both resubmit
+    a job they see fail and overwrite each other's manifest. `sweep status` only reads, so it is not locked."""
+    from lze_bench.runlock import hold_run_dir
+
     kind = plan.launcher["name"]
     if kind == "local" and not wait:
         raise LzeBenchError("wait=false needs launcher=slurm: local jobs are throttled by this process; use wait=true")
-    plan.sweep_dir.mkdir(parents=True, exist_ok=True)
+    with hold_run_dir(plan.sweep_dir, "sweep", key="", name=f"sweep directory {str(plan.sweep_dir)!r}"):
+        return _submit_and_wait(plan, kind, wait, poll_s, command_line)
+
+
+def _submit_and_wait(plan, kind: str, wait: bool, poll_s: float, command_line) -> dict:
     data = merge_plan(load_manifest(plan.sweep_dir) or new_manifest(plan, list(command_line)), plan)
     statuses = refresh(plan, data, kind)
     todo = [j.name for j in plan.jobs if statuses[j.name][0] in ("new", "failed")]

@@ -12,8 +12,8 @@ are written:
 * the local backend's held-out evals: `heldout/accuracy`, `heldout/level_<L>`
   (step = updates done, 0 = the initial policy);
 * `lze-bench eval run=RUN_DIR` results as they reach `evals.parquet`:
-  `eval/<benchmark>/<accuracy|ci_low|ci_high|pass@k|maj@k>` (step = the
-  checkpoint's updates done).
+  `eval/<benchmark>/<settings_key>/<accuracy|ci_low|ci_high|pass@k|maj@k>`
+  (step = the checkpoint's updates done; one series per eval setting).
 
 Every event carries its file's step and the run's `cum_flops` at that point.
 W&B: `define_metric` makes `<section>/cum_flops` each section's x-axis, and
@@ -33,9 +33,12 @@ The option and its shape follow verl's `trainer.logger=[console,wandb]`
 * a value that is not a finite number (NaN: no eval at this step, astral's
   metrics under another selector) is not logged: a gap, not a zero;
 * one W&B run per run directory: its id is kept in `<run_dir>/tracking.json`,
-  so a resumed run and later evals continue it; steps re-run after a resume
-  are logged again (TensorBoard drops the older copies, W&B keeps both; the
-  ledger is the record);
+  so a resumed run and later evals continue it. Steps re-run after a resume
+  or requeue replace their first copies: TensorBoard purges them (purge_step),
+  W&B is rewound to just before the first of them (`resume_from`, with the W&B
+  step of every event kept in tracking.json; eval events past that point are
+  sent again from evals.parquet), so each history holds every step once, in
+  order;
 * backend=openrlhf logs from its trainer actor (the single controller that
   writes the ledger), through this package rather than OpenRLHF's own
   WandbLogger/TensorboardLogger, which would need the key on the command line;
@@ -55,7 +58,7 @@ from lze_bench.registry import LOGGERS, unknown_choice
 
 from lze_bench.tracking import tensorboard as _tensorboard  # noqa: F401  (registers "tensorboard")
 from lze_bench.tracking import wandb as _wandb  # noqa: F401  (registers "wandb")
-from lze_bench.tracking.tracker import Tracker
+from lze_bench.tracking.tracker import Tracker, eval_key
 
 __all__ = ["LOGGERS", "Tracker", "TrackingConfig", "check_loggers", "preflight", "open_tracker", "log_evals"]
 
@@ -97,10 +100,25 @@ def open_tracker(container: dict, run_dir: str | os.PathLike, resume: tuple[int,
     names = list(container.get("logger") or [])
     check_loggers(names)
     sinks = [LOGGERS[name](Path(run_dir), container, resume) for name in names]
-    return Tracker(sinks, str(container["backend"]["name"]))
+    tracker = Tracker(sinks, str(container["backend"]["name"]))
+    for sink in sinks:  # W&B rewound past eval events: they are sent again, from the record
+        if getattr(sink, "resend", None):
+            wanted = {tuple(key) for key in sink.resend}
+            rows = [row for row in _eval_rows(Path(run_dir)) if tuple(eval_key(row)) in wanted]
+            tracker.log_evals(rows, sinks=[sink])
+    return tracker
 
 
-def log_evals(run_dir: str | os.PathLike, rows: list[dict], recorded: list[tuple] = ()) -> None:
+def _eval_rows(run_dir: Path) -> list[dict]:
+    """evals.parquet as records (read with pandas: the ledger module sits above this package)."""
+    import pandas as pd
+
+    path = run_dir / "evals.parquet"
+    return pd.read_parquet(path).to_dict("records") if path.exists() else []
+
+
+def log_evals(run_dir: str | os.PathLike, rows: list[dict], recorded: list[tuple] = (),
+              history: list[dict] = ()) -> None:
     """Send eval rows (EVAL_COLUMNS + cum_flops) not yet in `evals.parquet` to the run's trackers.
 
     Called by the eval runner before it appends the rows, with `recorded` the
@@ -119,9 +137,11 @@ def log_evals(run_dir: str | os.PathLike, rows: list[dict], recorded: list[tuple
     fresh = [r for r in rows if (r["checkpoint"], r["benchmark"], r.get("settings_key")) not in seen]
     if not fresh:
         return
+    replaced = {tuple(eval_key(r)) for r in rows}
+    everything = [r for r in history if tuple(eval_key(r)) not in replaced] + list(rows)
     try:
         with open_tracker(container, run_dir) as tracker:
-            tracker.log_evals(fresh)
+            tracker.log_evals(fresh, history=everything)
     except Exception as exc:  # noqa: BLE001  (third-party trackers raise anything; the evals must still be written)
         logging.getLogger(__name__).warning("evals not sent to logger=%s: %s", container["logger"],
                                             str(exc).splitlines()[0] if str(exc) else type(exc).__name__)

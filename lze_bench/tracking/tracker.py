@@ -72,17 +72,21 @@ class Tracker:
         values = {"accuracy": accuracy, **{f"level_{level}": v for level, v in by_level.items()}}
         self._send("heldout", scalars(values, "heldout"), int(updates), float(cum_flops))
 
-    def log_evals(self, rows: list[dict]) -> None:
-        """evals.parquet rows; one event per checkpoint, every benchmark of it at once."""
-        by_step: dict[int, list[dict]] = {}
-        for row in rows:
-            by_step.setdefault(int(row["step"]), []).append(row)
-        for step, group in sorted(by_step.items()):
-            metrics = {}
-            for row in group:
-                named = {name.format(k=row.get("k")): row.get(column) for column, name in EVAL_METRICS.items()}
-                metrics.update(scalars(named, f"eval/{row['benchmark']}"))
-            self._send("eval", metrics, step, float(group[0].get("cum_flops", float("nan"))))
+    def log_evals(self, rows: list[dict], history: list[dict] = (), sinks: list | None = None) -> None:
+        """evals.parquet rows not sent before; one event per checkpoint, every benchmark and setting of it at once,
+        named `eval/<benchmark>/<settings_key>/<metric>` so two settings of one checkpoint never share a point.
+
+        `history`: every eval row of the run (these included). A sink that cannot insert a point before later
+        ones (TensorBoard: `replace_evals`) gets the whole series of each settings key these rows touch, oldest
+        checkpoint first, to replace what it holds, instead of these rows alone."""
+        settings = sorted({str(row.get("settings_key")) for row in rows})
+        for sink in self.sinks if sinks is None else sinks:
+            if history and hasattr(sink, "replace_evals"):
+                for key in settings:
+                    sink.replace_evals(key, _eval_events([r for r in history if str(r.get("settings_key")) == key]))
+                continue
+            for step, metrics, cum_flops, keys in _eval_events(rows):
+                sink.log("eval", metrics, step, cum_flops, keys=keys)
 
     def _send(self, section: str, metrics: dict, step: int, cum_flops: float) -> None:
         for sink in self.sinks:
@@ -92,3 +96,23 @@ class Tracker:
         sinks, self.sinks = self.sinks, []
         for sink in sinks:
             sink.close()
+
+
+def eval_key(row: dict) -> list:
+    """What identifies an eval row in evals.parquet (ledger.EVAL_KEY)."""
+    return [row["checkpoint"], row["benchmark"], row.get("settings_key")]
+
+
+def _eval_events(rows: list[dict]) -> list[tuple[int, dict, float, list]]:
+    """(checkpoint step, metrics, cum_flops, eval keys) per checkpoint, oldest first."""
+    by_step: dict[int, list[dict]] = {}
+    for row in rows:
+        by_step.setdefault(int(row["step"]), []).append(row)
+    events = []
+    for step, group in sorted(by_step.items()):
+        metrics = {}
+        for row in group:
+            named = {name.format(k=row.get("k")): row.get(column) for column, name in EVAL_METRICS.items()}
+            metrics.update(scalars(named, f"eval/{row['benchmark']}/{row.get('settings_key')}"))
+        events.append((step, metrics, float(group[0].get("cum_flops", float("nan"))), [eval_key(r) for r in group]))
+    return events

@@ -29,22 +29,45 @@ from pathlib import Path
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import LOGGERS
 
-STATE_FILE = "tracking.json"  # {"wandb_id": ...}: later invocations and evals continue the same W&B run
+STATE_FILE = "tracking.json"  # wandb_id, next_step, events: later invocations and evals continue the same W&B run
 OFFLINE_MODES = ("offline", "disabled", "dryrun")
 NO_KEY = ("no W&B API key: export WANDB_API_KEY (never in the config) or run `wandb login`; "
           "without internet use WANDB_MODE=offline")
 
 
-def run_id(run_dir: Path) -> str:
-    """The W&B run id of a run directory, created (8 random characters) on first use."""
+def read_state(run_dir: Path) -> dict:
+    path = Path(run_dir) / STATE_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def write_state(run_dir: Path, state: dict) -> None:
     from lze_bench.rundir import atomic_write_json
 
-    path = run_dir / STATE_FILE
-    state = json.loads(path.read_text()) if path.exists() else {}
+    atomic_write_json(Path(run_dir) / STATE_FILE, state)
+
+
+def run_id(run_dir: Path) -> str:
+    """The W&B run id of a run directory, created (8 random characters) on first use."""
+    state = read_state(run_dir)
     if not state.get("wandb_id"):
         state["wandb_id"] = secrets.token_hex(4)
-        atomic_write_json(path, state)
+        write_state(run_dir, state)
     return str(state["wandb_id"])
+
+
+def superseded(event: list, resume: tuple[int, float]) -> bool:
+    """Whether a logged event ([W&B step, section, step, ...]) is re-run by a training invocation that
+    starts after `resume[0]` updates: ledger rows from that step on, held-out evals past it."""
+    updates = int(resume[0])
+    return (event[1] == "ledger" and event[2] >= updates) or (event[1] == "heldout" and event[2] > updates)
+
+
+def rewind_point(state: dict, resume: tuple[int, float] | None) -> int | None:
+    """The W&B step of the first event a resumed training invocation re-runs, or None (nothing to rewind)."""
+    if resume is None:
+        return None
+    dropped = [event[0] for event in state.get("events", []) if superseded(event, resume)]
+    return min(dropped) if dropped else None
 
 
 @LOGGERS.add("wandb")
@@ -65,8 +88,24 @@ class WandbLogger:
             raise LzeBenchError(f"logger=[wandb]: {NO_KEY}")
 
     def __init__(self, run_dir: Path, container: dict, resume: tuple[int, float] | None = None):
-        """`resume` is not used: W&B keeps every logged point (a re-run step appears twice)."""
+        """`resume` = (updates, cum_flops) a training invocation starts from: when steps it re-runs were logged
+        before, the W&B run is rewound to just before the first of them (W&B's `resume_from`), so the history
+        holds each step once, in order; eval events logged after that point are sent again (`resend`)."""
         import wandb
+
+        self.run_dir = Path(run_dir)
+        self.state = read_state(self.run_dir)
+        rewind = rewind_point(self.state, resume)
+        events = self.state.get("events", [])
+        self.resend = [] if rewind is None else [key for e in events if e[0] >= rewind and e[1] == "eval" for key in e[3]]
+        if rewind == 0:  # nothing of the old W&B run is kept (W&B keeps the step it rewinds to): a new run
+            write_state(self.run_dir, {k: v for k, v in self.state.items() if k not in ("wandb_id", "events")})
+        identity = run_id(self.run_dir)
+        self.state = {**read_state(self.run_dir), "events": [e for e in events if rewind is None or e[0] < rewind]}
+        if rewind is not None:
+            self.state["next_step"] = rewind
+        # W&B's `resume_from=ID?_step=S` keeps the history through step S and continues at S + 1
+        where = ({"resume_from": f"{identity}?_step={rewind - 1}"} if rewind else {"id": identity, "resume": "allow"})
 
         tracking = dict(container.get("tracking") or {})
         selector = str((container.get("selector") or {}).get("name", ""))
@@ -75,7 +114,7 @@ class WandbLogger:
                 f"backend:{backend}"]
         try:
             self.run = wandb.init(
-                dir=str(run_dir), id=run_id(run_dir), resume="allow",
+                dir=str(run_dir), **where,
                 project=tracking.get("project") or os.environ.get("WANDB_PROJECT") or "lze-bench",
                 entity=tracking.get("entity"), group=tracking.get("group"),
                 name=tracking.get("name") or Path(run_dir).name, job_type=selector or None,
@@ -99,12 +138,19 @@ class WandbLogger:
             self.run.define_metric(f"{prefix}/*", step_metric=axis)
             self.defined.add(prefix)
 
-    def log(self, section: str, metrics: dict, step: int, cum_flops: float) -> None:
+    def log(self, section: str, metrics: dict, step: int, cum_flops: float, keys: list | None = None) -> None:
+        """One event at the next W&B step, recorded in tracking.json (W&B step, section, step, eval keys) so a
+        later resume knows where to rewind to. W&B's step is ours, not its counter: a rewind restarts it."""
         self._define(section, metrics)
         payload = {**metrics, f"{section}/step": step}
         if math.isfinite(cum_flops):
             payload[f"{section}/cum_flops"] = cum_flops
-        self.run.log(payload)
+        at = int(self.state.get("next_step", 0))
+        self.run.log(payload, step=at)
+        self.state.setdefault("events", []).append([at, section, int(step), list(keys or [])])
+        self.state["next_step"] = at + 1
+        write_state(self.run_dir, {**read_state(self.run_dir), "events": self.state["events"],
+                                   "next_step": self.state["next_step"]})
 
     def close(self) -> None:
         self.run.finish()

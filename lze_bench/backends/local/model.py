@@ -1,8 +1,8 @@
 """The tiny policy: a Hugging Face causal LM built from `ModelConfig`, and device/thread setup.
 
-Issue 4 "Policy": a standard architecture (Llama by default, Qwen2 also
-accepted) at ~1 M parameters over the character tokenizer, saved and loaded
-as an ordinary HF checkpoint directory (`save_pretrained`), so
+A standard architecture (Llama by default, Qwen2 also accepted) at ~1 M
+parameters over the character tokenizer, saved and loaded as an ordinary HF
+checkpoint directory (`save_pretrained`), so
 `lze-bench eval model=PATH` treats it like any model. `model.path` instead
 loads any HF causal LM (with its own tokenizer).
 

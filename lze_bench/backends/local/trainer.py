@@ -42,7 +42,7 @@ import logging
 import time
 from pathlib import Path
 
-from lze_bench import __version__
+from lze_bench import __version__, preemption
 from lze_bench.budget import checkpoint_due, crossed, stop_reason
 from lze_bench.errors import LzeBenchError, damaged_file
 from lze_bench.ledger import run_file_fix, step_flops
@@ -208,6 +208,11 @@ class _Session:
         self.flop_model = FlopModel.from_torch_model(model)
         rows = load_split("train", cfg.task)
         self.test_rows = load_split("test", cfg.task)[: cfg.backend.eval_size]
+        from lze_bench.fingerprint import check_data, fingerprint
+
+        # before the resume cuts anything back: a refused resume leaves the run directory as it was
+        check_data(self.run_dir, {"train": fingerprint(rows), "heldout": fingerprint(self.test_rows)},
+                   f"task={cfg.task.name}")
         prompts = encode_prompts(tokenizer, [r["problem"] for r in rows])
         longest = max(len(p) for p in prompts) + trainer.max_new_tokens
         limit = getattr(model.config, "max_position_embeddings", None)
@@ -307,20 +312,24 @@ class _Session:
             initial = self.evaluate(0, 0.0)
             log.info("initial held-out accuracy %.3f %s", initial.accuracy, initial.by_level)
         write_progress(self.run_dir, "training")
-        done_here = 0
+        done_here, saved = 0, True  # saved: the state after the last step (or the resume point) is a checkpoint
         with progress_bar(f"train {self.cfg.selector.name}", trainer.steps, completed=self.updates) as advance:
             while self.stop_reason(self.ledger.cum_flops) is None:
                 if backend.stop_after_steps and done_here >= backend.stop_after_steps:
                     log.info("stopping after %d steps (backend.stop_after_steps); rerun to resume", done_here)
                     return
-                self._one_step()
+                if preemption.requested():  # Slurm's warning: the step just done is saved, the job requeues
+                    self._save_for_requeue(saved)
+                    return
+                saved = self._one_step()
                 done_here += 1
                 last = self.ledger.frame.iloc[-1]
                 acc = last["heldout_accuracy"]
                 advance(f"reward {last['reward_mean']:.2f}" + ("" if acc != acc else f"  held-out {acc:.3f}"))
         self.finish()
 
-    def _one_step(self) -> None:
+    def _one_step(self) -> bool:
+        """One training step, its ledger row, and its checkpoint when due; True when it checkpointed."""
         step = self.updates
         row, log_rows = self.runner.run(step)
         self.updates += 1
@@ -339,6 +348,15 @@ class _Session:
             self.rollouts.append(step, log_rows)
         if checkpoint_due(self.cfg.trainer, self.updates, before, after):
             self.checkpoint()
+            return True
+        return False
+
+    def _save_for_requeue(self, saved: bool) -> None:
+        """A checkpoint of the state after the last step, unless one was just taken: the requeued job resumes
+        there, so nothing is lost (the checkpoint schedule's later decisions read the ledger, not this save)."""
+        if not saved:
+            self.checkpoint()
+        log.warning("preemption warning: checkpoint step_%06d saved, stopping for the requeue", self.updates)
 
     def finish(self) -> None:
         self.rollouts.compact()

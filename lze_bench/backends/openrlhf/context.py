@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import shutil
 from pathlib import Path
 
@@ -29,8 +30,8 @@ from lze_bench.backends.openrlhf.accounting import ledger_row, rollout_rows
 from lze_bench.backends.openrlhf.selection import StepDriver
 from lze_bench.backends.openrlhf.trim import trained_masks, trim_unit
 from lze_bench.data_order import DataOrder
-from lze_bench.errors import LzeBenchError
-from lze_bench.ledger import Ledger, RolloutLog
+from lze_bench.errors import LzeBenchError, damaged_file
+from lze_bench.ledger import Ledger, RolloutLog, run_file_fix
 from lze_bench.rollout_store import RolloutStore
 from lze_bench.rundir import checkpoint_dir, mark_checkpoint_complete, selector_state_path
 
@@ -103,6 +104,7 @@ class RunContext:
         self.ledger = Ledger(self.run_dir)
         self.rollouts = RolloutLog(self.run_dir)
         self.tracker = None  # lze_bench.tracking.Tracker, opened at the first ledger row
+        self.saved = True  # the state after the last ledger row is a checkpoint (or the start, or a resume point)
 
     @classmethod
     def from_env(cls, num_prompts: int, *, dp_ranks: int = 1, features_factory=None) -> "RunContext":
@@ -127,7 +129,16 @@ class RunContext:
 
     @property
     def finished(self) -> bool:
-        return self.stop_reason is not None
+        """No further step: the run is done, or Slurm warned of a stop and the last step written is saved (a
+        warning seen after a step's checkpoint decision lets one more step run, which is then saved)."""
+        return self.stop_reason is not None or (self.preempted and self.saved)
+
+    @property
+    def preempted(self) -> bool:
+        """Slurm's warning signal reached the job (lze_bench.preemption's PREEMPT marker, written by rank 0)."""
+        from lze_bench.preemption import requested
+
+        return requested(self.run_dir)
 
     @property
     def steps_done(self) -> int:
@@ -138,14 +149,16 @@ class RunContext:
         return self.store.capacity > 0
 
     def checkpoint_due(self) -> bool:
-        """After the step just written to the ledger: the last step, every `trainer.checkpoint_every` steps, or a
-        `trainer.checkpoint_every_flops` crossing (lze_bench.budget; a function of the ledger, so resume-safe)."""
+        """After the step just written to the ledger: the last step, every `trainer.checkpoint_every` steps, a
+        `trainer.checkpoint_every_flops` crossing (lze_bench.budget; a function of the ledger, so resume-safe), or
+        any step once Slurm has warned of a stop (lze_bench.preemption)."""
         from lze_bench.budget import checkpoint_due
 
         frame = self.ledger.frame
         after = self.ledger.cum_flops
         before = float(frame["cum_flops"].iloc[-2]) if len(frame) > 1 else 0.0
-        return checkpoint_due(self.cfg.trainer, self.driver.step, before, after)
+        # a preemption warning: this step is saved, so the requeued job resumes right after it
+        return checkpoint_due(self.cfg.trainer, self.driver.step, before, after) or self.preempted
 
     def begin_step(self) -> None:
         """Before the driver runs the next step: the feature passes book their costs against it."""
@@ -192,6 +205,7 @@ class RunContext:
         )
         self.rollouts.append(record.step, rollout_rows(record))
         row = self.ledger.append(row)
+        self.saved = False
         self._track(row, status)
         return row
 
@@ -221,6 +235,7 @@ class RunContext:
         os.replace(tmp, path)
         if self.replays:
             self._save_store(steps_done)
+        self.saved = True  # called at every checkpoint (the trainer's _checkpoint_if_due)
         return path
 
     def _store_path(self, steps_done: int) -> Path:
@@ -241,8 +256,13 @@ class RunContext:
         path = self._store_path(steps_done)
         if not path.exists():
             raise LzeBenchError(f"resume at step {steps_done}: missing replay store {path}; use a new run_dir")
+        try:
+            groups = list(torch.load(path, map_location="cpu", weights_only=False)["groups"])
+        except (RuntimeError, EOFError, OSError, ValueError, KeyError, TypeError, pickle.UnpicklingError) as exc:
+            # checked before the store changes, so a failed resume leaves both the file and the store as they were
+            raise damaged_file(path, exc, run_file_fix(self.run_dir)) from exc
         self.store.groups.clear()
-        for group in torch.load(path, map_location="cpu", weights_only=False)["groups"]:
+        for group in groups:
             self.store.put(group)
 
     def client_state(self) -> dict:

@@ -34,6 +34,8 @@ from pathlib import Path
 
 from lze_bench.errors import LzeBenchError
 
+log = logging.getLogger(__name__)
+
 OPENRLHF_CLI = "openrlhf.cli.train_ppo_ray"
 ENV_RAY_ADDRESS = "LZE_RAY_ADDRESS"
 
@@ -99,6 +101,11 @@ def run(config_path: str, flags: list[str]) -> None:
                 runpy.run_module(OPENRLHF_CLI, run_name="__main__", alter_sys=True)
         finally:
             sys.argv = saved_argv
+        from lze_bench.preemption import requested
+
+        if requested(cfg.run_dir):  # the trainer saved its last step and stopped; the job requeues (slurm.py)
+            log.warning("stopped for a preemption after a checkpoint; the requeued job resumes there")
+            return
         finish_run(cfg.run_dir, cfg.trainer)
         if not cfg.backend.keep_ds_states:
             remove_ds_states(RunPaths(Path(cfg.run_dir)).ckpt)

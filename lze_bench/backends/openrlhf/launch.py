@@ -76,11 +76,16 @@ def prepare(cfg) -> tuple[RunPaths, list[str]]:
     import lze_bench
     from lze_bench.backends.openrlhf.data import write_prompts
     from lze_bench.config import config_dict, env_data_root
+    from lze_bench.fingerprint import check_data, fingerprint
     from lze_bench.registry import TASKS
     from lze_bench.rundir import TRACKING_KEYS, atomic_write_json, atomic_write_text, git_commit, refuse_finished
 
     paths = resolve_paths(cfg)
     refuse_finished(paths.run_dir)
+    from lze_bench import preemption
+
+    if not preemption.requested():  # a marker left by an earlier, preempted job must not stop this run
+        (paths.run_dir / preemption.MARKER).unlink(missing_ok=True)
     argv = driver_argv(cfg, paths)
     resolved = config_dict(cfg)
     if paths.config.exists():
@@ -92,11 +97,13 @@ def prepare(cfg) -> tuple[RunPaths, list[str]]:
                 f"run_dir {str(paths.run_dir)!r} holds an unfinished run with another config; "
                 "pass a new run_dir=PATH, or the same overrides to resume it"
             )
+    # loaded on every start, not only the first: the resume replays its data order against these rows
+    root = env_data_root(cfg.data.root)
+    rows = TASKS[cfg.task.name].load(cfg.task, root)
+    check_data(paths.run_dir, {"train": fingerprint(rows)}, f"task={cfg.task.name} (data root {root or 'the hub'})")
     meta = {"version": lze_bench.__version__, "git_commit": git_commit()}
     atomic_write_text(paths.config, OmegaConf.to_yaml(OmegaConf.create({**resolved, "lze_bench": meta})))
     if not paths.prompts.exists():
-        task = TASKS[cfg.task.name]
-        rows = task.load(cfg.task, env_data_root(cfg.data.root))
         write_prompts(rows, paths.prompts, cfg.backend.prompt)
     atomic_write_json(paths.work / "command.json", {"argv": argv})
     return paths, argv

@@ -52,7 +52,9 @@ def job_script(cfg, run_dir: Path, driver_argv: list[str], python: str = "python
         f"#   rank>0:  {shown(worker_command(role, '<head-ip>'))}",
         "#            until the done marker appears (or the head is gone: exits non-zero), then SIGTERM to its own",
         "#            `ray start` (never `ray stop`)",
-        f"# USR2 (time limit/preemption): rank 0 runs `scontrol requeue $SLURM_JOB_ID` while the restart count "
+        f"# USR2 ({int(cfg.launcher.signal_delay_s)} s before a time limit/preemption): rank 0 writes "
+        "<run_dir>/PREEMPT, the trainer saves the step in hand and stops,",
+        f"#   then rank 0 runs `scontrol requeue $SLURM_JOB_ID` while the restart count "
         f"< launcher.max_requeue={int(cfg.launcher.max_requeue)}",
         "# Driver (from openrlhf/command.json):",
         *("#   " + line for line in format_command(driver_argv).splitlines()),

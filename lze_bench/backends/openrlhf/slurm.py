@@ -32,9 +32,12 @@ preemption resubmits the same call; the rerun passes `--ckpt.load_enable`
 (always set) and resumes from the last DeepSpeed checkpoint, and the trainer
 restores the selector and data order (context.py). The same body runs from a
 plain `sbatch` script (script.py) as `python -m lze_bench.backends.openrlhf.slurm`;
-there Slurm's warning signal (`--signal=USR2@90`) reaches this process, which
-requeues the job with `scontrol requeue` while SLURM_RESTART_COUNT <
-`launcher.max_requeue` (submitit does the same for its own jobs).
+there Slurm's warning signal (`--signal=USR2@S`, S = `launcher.signal_delay_s`)
+reaches every process of the step: Ray and the driver ignore it, rank 0 records
+it as `<run_dir>/PREEMPT` (lze_bench.preemption), the trainer actor finishes and
+saves the step in hand and stops (context.py), and rank 0 then requeues the
+job with `scontrol requeue` while SLURM_RESTART_COUNT < `launcher.max_requeue`
+(submitit's jobs: its own requeue, after the same save).
 
 Failure is failure: a non-zero driver exit raises in `OpenRLHFJob`, so submitit
 marks the job failed (`sweep status`, resubmission on rerun).
@@ -188,6 +191,17 @@ def load_driver_argv(run_dir: str | Path) -> list[str]:
     return list(json.loads(path.read_text())["argv"])
 
 
+def ignore_warning_signal() -> None:
+    """In Ray and the driver (before exec; an ignored signal stays ignored): Slurm sends its warning signal to
+    every process of the job step, and only this process acts on it (lze_bench.preemption: the trainer actor
+    reads the PREEMPT marker, finishes and saves its step, and the driver exits)."""
+    import signal
+
+    from lze_bench.preemption import SIGNAL
+
+    signal.signal(SIGNAL, signal.SIG_IGN)
+
+
 def node_main(run_dir: str | Path, role: NodeRole, peers: list[str] = ()) -> int:
     """Run this node's part of the job; returns the driver's exit code on rank 0, 0 elsewhere (non-zero on a worker
     whose head went away without finishing). `peers`: the other nodes' host names (head_address)."""
@@ -196,11 +210,12 @@ def node_main(run_dir: str | Path, role: NodeRole, peers: list[str] = ()) -> int
     env = dict(os.environ, OMP_NUM_THREADS=str(threads_per_process(role)))
     if role.rank > 0:
         return _worker(role, head_ip, marker, env)
-    head = subprocess.Popen(head_command(role, head_ip), env=env)
+    head = subprocess.Popen(head_command(role, head_ip), env=env, preexec_fn=ignore_warning_signal)
     try:
         _wait_for_nodes(f"{head_ip}:{role.port}", role.num_nodes, head)
         env["LZE_RAY_ADDRESS"] = f"{head_ip}:{role.port}"
-        code = subprocess.run(load_driver_argv(run_dir), env=env, check=False).returncode
+        code = subprocess.run(load_driver_argv(run_dir), env=env, check=False,
+                              preexec_fn=ignore_warning_signal).returncode
     finally:
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text("")
@@ -218,7 +233,7 @@ def _head_answers(head_ip: str, port: int) -> bool:
 
 def _worker(role: NodeRole, head_ip: str, marker: Path, env: dict) -> int:
     time.sleep(POLL_S)  # let the head come up first
-    proc = subprocess.Popen(worker_command(role, head_ip), env=env)
+    proc = subprocess.Popen(worker_command(role, head_ip), env=env, preexec_fn=ignore_warning_signal)
     lost = 0
     try:
         while not marker.exists():
@@ -279,6 +294,7 @@ def executor_parameters(cfg) -> dict:
         "gpus_per_node": gpus,
         "cpus_per_task": int(launcher.cpus_per_task),
         "time": int(launcher.timeout_min),
+        "signal_delay_s": int(launcher.signal_delay_s),  # --signal=USR2@S: the step in hand is saved (preemption.py)
         "exclusive": True,
         "setup": list(launcher.setup),
         "additional_parameters": {"requeue": True, **dict(launcher.additional_parameters)},
@@ -303,8 +319,24 @@ try:  # submitit is a core dependency; the class is defined only when it imports
         """
 
         def __call__(self, run_dir: str, gpus: int, cpus: int = 1) -> int:
+            from lze_bench import preemption
+            from lze_bench.rundir import is_done
+
             role = NodeRole.from_env(gpus, cpus)
-            code = node_main(run_dir, role, peers=job_hosts()[1:])
+            if role.rank > 0:  # submitit's handler ignores the signal on other ranks; rank 0 decides
+                return self._node(run_dir, role)
+            with preemption.deferred(run_dir) as previous:  # the trainer saves the step in hand first
+                code = node_main(run_dir, role, peers=job_hosts()[1:])
+            if preemption.requested(run_dir) and not is_done(run_dir):
+                log.warning("job %s: preempted; %s saved its last step, requeueing", role.job_id, run_dir)
+                preemption.forward(previous)
+            return self._check(code, role)
+
+        def _node(self, run_dir: str, role) -> int:
+            return self._check(node_main(run_dir, role, peers=job_hosts()[1:]), role)
+
+        @staticmethod
+        def _check(code: int, role) -> int:
             if code != 0:
                 raise LzeBenchError(f"the OpenRLHF driver exited with code {code} (job {role.job_id}); "
                                     "rerun the same command to resume")
@@ -325,16 +357,15 @@ def requeue(job_id: str, restarts: int, max_requeue: int, run=None) -> bool:
     return True
 
 
-def install_requeue_handler(role: NodeRole, max_requeue: int) -> None:
-    """On Slurm's warning signal (USR2), rank 0 requeues the job; every rank then exits (its Ray stops)."""
-    import signal
+def requeue_if_preempted(run_dir: str | Path, role: NodeRole, max_requeue: int) -> bool:
+    """After the driver returned on rank 0: when Slurm's warning came (lze_bench.preemption, recorded while the
+    trainer saved its step) and the run is not done, `scontrol requeue` the job; True when requeued."""
+    from lze_bench.preemption import requested
+    from lze_bench.rundir import is_done
 
-    def handler(signum, frame):
-        if role.rank == 0:
-            requeue(role.job_id, role.attempt, max_requeue)
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGUSR2, handler)
+    if role.rank != 0 or not requested(run_dir) or is_done(run_dir):
+        return False
+    return requeue(role.job_id, role.attempt, max_requeue)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -347,10 +378,18 @@ def main(argv: list[str] | None = None) -> int:
     from lze_bench.backends.openrlhf.context import load_run_config
     from lze_bench.backends.openrlhf.placement import ray_cpus
 
+    from lze_bench import preemption
+
     cfg = load_run_config(Path(args[0]) / "config.yaml")
     role = NodeRole.from_env(int(args[1]), ray_cpus(cfg))
-    install_requeue_handler(role, int(cfg.launcher.max_requeue))
-    return node_main(args[0], role, peers=job_hosts()[1:])
+    if role.rank > 0:
+        ignore_warning_signal()  # rank 0 acts on it
+        return node_main(args[0], role, peers=job_hosts()[1:])
+    with preemption.deferred(args[0]):  # the trainer finishes and saves its step; then the job is requeued
+        code = node_main(args[0], role, peers=job_hosts()[1:])
+    if requeue_if_preempted(args[0], role, int(cfg.launcher.max_requeue)):
+        return 128 + int(preemption.SIGNAL)
+    return code
 
 
 if __name__ == "__main__":

@@ -99,14 +99,19 @@ def overrides(model: Path, data: Path, selector: str, run_dir: Path, *, steps: i
 
 
 def run_job(cfg_overrides: list[str], ray_address: str, crash_at_update: int | None = None,
-            policy: str = "standin", timeout_s: int = 900) -> subprocess.CompletedProcess:
+            policy: str = "standin", timeout_s: int = 900, preempted: bool = False) -> subprocess.CompletedProcess:
     """Prepare the run directory as `lze-bench train` does, then run the saved driver argv with the stand-ins.
 
-    `crash_at_update=K` makes the policy actor raise before update K+1 (a crash after step K)."""
+    `crash_at_update=K` makes the policy actor raise before update K+1 (a crash after step K). `preempted`:
+    the PREEMPT marker a Slurm job's rank 0 writes on the warning signal (lze_bench.preemption) is there
+    before the driver starts, as if the signal came during the first step."""
     from lze_bench.backends.openrlhf.launch import prepare
     from lze_bench.config import compose
+    from lze_bench.preemption import MARKER
 
     paths, argv = prepare(compose("train", cfg_overrides))
+    if preempted:
+        (paths.run_dir / MARKER).write_text("signal 12\n")
     crash = paths.work / "crash_at_update"  # read by the stand-in policy actors
     crash.write_text(str(crash_at_update)) if crash_at_update is not None else crash.unlink(missing_ok=True)
     assert argv[1:3] == ["-m", "lze_bench.backends.openrlhf.entry"]
