@@ -92,12 +92,14 @@ def _write_config(run_dir: Path, container: dict, extra: dict) -> None:
             raise damaged_file(path, exc, run_file_fix(run_dir)) from exc
         backend = old.get("backend") if isinstance(old, dict) else None
         other_backend = isinstance(backend, dict) and backend.get("name") not in (None, "local")
-        if not other_backend and (not isinstance(old, dict) or "identity" not in old):  # cut short, or emptied
-            raise damaged_file(path, ValueError("no 'identity' key"), run_file_fix(run_dir))
+        # identity is written last, so a file cut short loses it or keeps only part of the hash
+        whole = isinstance(old, dict) and len(str(old.get("identity", ""))) == len(identity)
+        if not other_backend and not whole:  # cut short, or emptied
+            raise damaged_file(path, ValueError("no whole 'identity' key"), run_file_fix(run_dir))
         if other_backend or old["identity"] != identity:
             raise LzeBenchError(f"run_dir {str(run_dir)!r} holds a run with a different config; "
                                 "pass a new run_dir=PATH (or rerun with that run's exact overrides to resume it)")
-    body = {**container, "version": __version__, "git_commit": git_commit(), "identity": identity, **extra}
+    body = {**container, "version": __version__, "git_commit": git_commit(), **extra, "identity": identity}
     atomic_write_text(path, yaml.safe_dump(body, sort_keys=False))
 
 
