@@ -120,7 +120,7 @@ def append_to_run(run: Path, step: int | None, checkpoint: str, entries: list[di
             "suite": entry["suite"], "settings_key": entry["settings_key"],
             **{name: settings[name] for name in ("split", "temperature", "top_p", "max_new_tokens", "limit", "seed",
                                                  "prompt_template", "chat_template", "grading")},
-            "generation_backend": entry["generation_backend"], "cum_flops": cum_flops,
+            "generation_backend": entry["generation_backend"], "dtype": entry.get("dtype") or "", "cum_flops": cum_flops,
         })
     old = read_evals(run)
     log_evals(run, rows, recorded=zip(old["checkpoint"], old["benchmark"], old["settings_key"]))
