@@ -23,15 +23,42 @@ STUBS = REPO / "tests" / "stubs"
 ENV_POLICY = "LZE_TEST_POLICY"  # read by run_entry.py in the driver process
 
 
+ENV_ENGINE = "LZE_TEST_ENGINE"  # read by run_entry.py: "standin" (transformers) or "vllm" (vllm_cpu.py)
+# What OpenRLHF's real engines need in the config on CPU (vllm_cpu.py says why): no sleep mode, eager mode
+VLLM_CPU_OVERRIDES = ("backend.vllm_enable_sleep=false", "backend.vllm_enforce_eager=true")
+
+
+def stub_path() -> str | None:
+    """A folder holding the import stubs of only the packages that are really missing (tests/stubs has both
+    vllm and flash_attn): with vLLM's CPU build installed, a stub `vllm` first on every Ray process's path would
+    shadow the real engine."""
+    missing = [name for name in ("vllm", "flash_attn") if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    if len(missing) == 2:
+        return str(STUBS)
+    import tempfile
+
+    folder = Path(tempfile.gettempdir()) / f"lze_stubs_{'_'.join(missing)}_{os.getuid()}"
+    folder.mkdir(exist_ok=True)
+    for name in missing:
+        link = folder / name
+        if not link.exists():
+            link.symlink_to(STUBS / name, target_is_directory=True)
+    return str(folder)
+
+
 def child_env(**extra) -> dict:
-    """PYTHONPATH for the driver and every Ray process: this checkout, the stand-ins, the import stubs if needed;
-    DeepSpeed on its CPU accelerator (gloo), one thread per process (2 shared cores)."""
+    """PYTHONPATH for the driver and every Ray process: this checkout, the stand-ins, the import stubs of what is
+    missing; DeepSpeed on its CPU accelerator (gloo), one thread per process (2 shared cores); vLLM's CPU
+    KV cache at 1 GiB per engine (it reserves a share of RAM, ~10 GiB, otherwise)."""
     paths = [str(REPO), str(STANDINS)]
-    if any(importlib.util.find_spec(name) is None for name in ("vllm", "flash_attn")):
-        paths.append(str(STUBS))
+    stubs = stub_path()
+    if stubs:
+        paths.append(stubs)
     old = os.environ.get("PYTHONPATH")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths + ([old] if old else [])), TOKENIZERS_PARALLELISM="false",
-               OMP_NUM_THREADS="1", RAY_DEDUP_LOGS="0", DS_ACCELERATOR="cpu")
+               OMP_NUM_THREADS="1", RAY_DEDUP_LOGS="0", DS_ACCELERATOR="cpu", VLLM_CPU_KVCACHE_SPACE="1")
     env.update(extra)
     return env
 
@@ -63,7 +90,7 @@ def slow_openrlhf_marks() -> list:
 
 
 @contextlib.contextmanager
-def tiny_world(root: Path, num_gpus: int = 1, num_cpus: int = 2):
+def tiny_world(root: Path, num_gpus: int = 1, num_cpus: int = 2, hidden_size: int = 32):
     """A prompt set (10 prompts), the tiny warm-started policy and a private Ray cluster with `num_gpus` fake GPUs:
     {"root", "data", "model", "cluster", "runs"}; the cluster stops on exit."""
     from lze_bench.backends.openrlhf.data import PROMPT_TEMPLATE
@@ -71,7 +98,8 @@ def tiny_world(root: Path, num_gpus: int = 1, num_cpus: int = 2):
     from lze_cpu_standins.fixtures import RayCluster, save_tiny_policy, write_prompts
 
     data = write_prompts(root / "data", 10)
-    model = save_tiny_policy(root / "tiny", [PROMPT_TEMPLATE.format(problem=PROBLEM.format(i=i)) for i in range(4)])
+    model = save_tiny_policy(root / "tiny", [PROMPT_TEMPLATE.format(problem=PROBLEM.format(i=i)) for i in range(4)],
+                             hidden_size=hidden_size)
     cluster = RayCluster(child_env(), num_cpus=num_cpus, num_gpus=num_gpus)
     try:
         yield {"root": root, "data": data, "model": model, "cluster": cluster, "runs": {}}
@@ -99,7 +127,7 @@ def overrides(model: Path, data: Path, selector: str, run_dir: Path, *, steps: i
 
 
 def run_job(cfg_overrides: list[str], ray_address: str, crash_at_update: int | None = None,
-            policy: str = "standin", timeout_s: int = 900) -> subprocess.CompletedProcess:
+            policy: str = "standin", timeout_s: int = 900, engine: str = "standin") -> subprocess.CompletedProcess:
     """Prepare the run directory as `lze-bench train` does, then run the saved driver argv with the stand-ins.
 
     `crash_at_update=K` makes the policy actor raise before update K+1 (a crash after step K)."""
@@ -111,7 +139,7 @@ def run_job(cfg_overrides: list[str], ray_address: str, crash_at_update: int | N
     crash.write_text(str(crash_at_update)) if crash_at_update is not None else crash.unlink(missing_ok=True)
     assert argv[1:3] == ["-m", "lze_bench.backends.openrlhf.entry"]
     command = [sys.executable, str(STANDINS / "run_entry.py"), *argv[3:]]
-    environment = child_env(LZE_RAY_ADDRESS=ray_address, **{ENV_POLICY: policy})
+    environment = child_env(LZE_RAY_ADDRESS=ray_address, **{ENV_POLICY: policy, ENV_ENGINE: engine})
     return subprocess.run(command, env=environment, capture_output=True, text=True, timeout=timeout_s)
 
 

@@ -1,0 +1,104 @@
+"""backend=openrlhf with OpenRLHF's real rollout engines on vLLM's CPU build: seeded rollouts make a run repeatable.
+
+OpenRLHF 0.11.2 sends every rollout request unseeded, so with the real engine two identical runs, or a crashed
+run and its resume, drew different responses and ended with different rewards, ledgers and weights (the
+transformers stand-in engine used to hide that by seeding itself). lze-bench now seeds every sample's request
+(generator.rollout_seed); here two unbroken runs and one crashed before its last update and resumed run with
+OpenRLHF's own `create_vllm_engines` / `RolloutRayActor` (an `AsyncLLMEngine` per Ray actor, vLLM 0.29.0's CPU
+build), and must end identical: ledger, every rollout's rewards and response lengths, final weights.
+
+The CPU-only shims (tests/openrlhf_cpu/lze_cpu_standins/vllm_cpu.py, each with its reason): the weight sync is a
+state dict loaded with one `reload_weights` (OpenRLHF's NCCL/CUDA-IPC broadcast needs GPUs), our worker
+extension, no sleep mode, eager mode, a 1 GiB KV cache, head_dim 32, no stub `vllm` on the path. The policy
+actor is the torch stand-in (policy.py): what this test checks is the rollout side, and an engine start
+(~30 s here) per run is its cost.
+
+Skips (naming the install command) where OpenRLHF or vLLM's CPU build is missing; CI sets
+LZE_BENCH_REQUIRE_OPENRLHF=1 and LZE_BENCH_REQUIRE_VLLM=1 after installing them, and then a skip is a failure.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+STANDINS = REPO / "tests" / "openrlhf_cpu"
+sys.path.insert(0, str(STANDINS))
+from lze_cpu_standins import harness  # noqa: E402
+from lze_cpu_standins.harness import ok  # noqa: E402
+
+sys.path.remove(str(STANDINS))
+
+
+def _vllm_cpu_error() -> str | None:
+    try:
+        version = importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return "vllm-cpu is not installed"
+    return None if version.startswith("0.29.") else f"vllm-cpu {version} is installed; OpenRLHF 0.11.2 pins 0.29.0"
+
+
+VLLM_ERROR = _vllm_cpu_error()
+if VLLM_ERROR and os.environ.get("LZE_BENCH_REQUIRE_VLLM") == "1":
+    raise RuntimeError(f"LZE_BENCH_REQUIRE_VLLM=1 but vLLM's CPU build is missing ({VLLM_ERROR})")
+pytestmark = [*harness.slow_openrlhf_marks(),
+              pytest.mark.skipif(VLLM_ERROR is not None,
+                                 reason=f"{VLLM_ERROR}; install it with bash .ci/vllm_cpu.sh (README)")]
+
+STEPS, BATCH, N, MICRO = 3, 2, 3, 2
+COMPARED = ["step", "prompts_considered", "prompts_rolled_out", "groups_kept", "samples", "prompt_tokens",
+            "generated_tokens", "trained_tokens", "flops_rollout", "flops_logprob", "flops_train", "flops_total",
+            "cum_flops", "responses_trained"]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    with harness.tiny_world(tmp_path_factory.mktemp("vllm"), hidden_size=64) as world:
+        yield world
+
+
+def run_job(world, run_dir: Path, crash_at_update: int | None = None):
+    overrides = harness.overrides(world["model"], world["data"], "uniform", run_dir, steps=STEPS, batch=BATCH, n=N,
+                                  micro=MICRO, extra=harness.VLLM_CPU_OVERRIDES)
+    return harness.run_job(overrides, world["cluster"].address, crash_at_update, engine="vllm")
+
+
+def test_two_runs_and_a_resumed_run_with_real_engines_are_the_same_run(world, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from lze_bench.ledger import read_ledger, read_rollouts
+    from lze_bench.rundir import checkpoint_dir
+
+    runs = {name: tmp_path / name for name in ("first", "second", "resumed")}
+    ok(run_job(world, runs["first"]))
+    ok(run_job(world, runs["second"]))
+    done = run_job(world, runs["resumed"], crash_at_update=STEPS - 1)
+    assert done.returncode != 0 and "injected crash" in done.stdout + done.stderr
+    assert len(read_ledger(runs["resumed"])) < STEPS
+    ok(run_job(world, runs["resumed"]))
+
+    ledgers = {name: read_ledger(run) for name, run in runs.items()}
+    rollouts = {name: read_rollouts(run) for name, run in runs.items()}
+    weights = {name: AutoModelForCausalLM.from_pretrained(checkpoint_dir(run, STEPS)).state_dict()
+               for name, run in runs.items()}
+    first = ledgers["first"]
+    assert list(first["step"]) == list(range(STEPS)) and (first["generated_tokens"] > 0).all()
+    rewards = [r for group in rollouts["first"]["rewards"] for r in group]
+    assert 0 < sum(rewards) < len(rewards)  # sampled: some right, some wrong (so the seeds matter)
+    for name in ("second", "resumed"):
+        pd.testing.assert_frame_equal(ledgers[name][COMPARED], first[COMPARED], obj=f"{name} ledger")
+        columns = ["step", "prompt_id", "kept"]
+        assert rollouts[name][columns].equals(rollouts["first"][columns])
+        assert [list(r) for r in rollouts[name]["rewards"]] == [list(r) for r in rollouts["first"]["rewards"]]
+        assert ([list(t) for t in rollouts[name]["response_tokens"]]
+                == [list(t) for t in rollouts["first"]["response_tokens"]])
+        assert all(torch.equal(weights[name][k], weights["first"][k]) for k in weights["first"]), name
+    initial = AutoModelForCausalLM.from_pretrained(world["model"]).state_dict()
+    assert any(not torch.equal(initial[k], weights["first"][k]) for k in initial)  # it trained
