@@ -377,6 +377,7 @@ def test_real_vllm_close_ends_its_engine_processes(cpu_engine):
     assert _engine_processes(marker) == []
 
 
+@pytest.mark.slow  # no engine, but importing vLLM takes ~15 s
 def test_device_cuda_is_refused_on_the_cpu_build(real_vllm, tiny_checkpoint_hd32):
     from lze_bench.evaluation.generation import load_generator
 

@@ -59,7 +59,7 @@ COMPARED = ["step", "prompts_considered", "prompts_rolled_out", "groups_kept", "
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    with harness.tiny_world(tmp_path_factory.mktemp("vllm"), hidden_size=64) as world:
+    with harness.tiny_world(tmp_path_factory.mktemp("vllm"), hidden_size=64, engine="vllm") as world:
         yield world
 
 
@@ -102,3 +102,69 @@ def test_two_runs_and_a_resumed_run_with_real_engines_are_the_same_run(world, tm
         assert all(torch.equal(weights[name][k], weights["first"][k]) for k in weights["first"]), name
     initial = AutoModelForCausalLM.from_pretrained(world["model"]).state_dict()
     assert any(not torch.equal(initial[k], weights["first"][k]) for k in initial)  # it trained
+
+
+SYNC_TOLERANCE_NATS = 0.05  # bf16 engine against a float32 forward of the same bf16 weights (0.011 seen)
+
+
+def test_engine_holds_the_actors_weights_after_every_sync(world):
+    """One of OpenRLHF's `RolloutRayActor`s (our CPU subclass, vllm_cpu.py) and two syncs of an updated policy
+    (the actor's weights plus seeded noise, as an update changes them): after each sync the engine's readable
+    tensors (embeddings, norms, LM head) equal the actor's bf16 weights bit for bit, and its greedy log-probs
+    match the actor's forward within SYNC_TOLERANCE_NATS; before the sync they differ by more than that."""
+    import ray
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lze_bench.backends.openrlhf.data import PROMPT_TEMPLATE
+
+    sys.path.insert(0, str(STANDINS))
+    try:
+        from lze_cpu_standins.vllm_cpu import WORKER_EXTENSION, _VllmCpuRolloutActor
+    finally:
+        sys.path.remove(str(STANDINS))
+    env = harness.child_env("vllm")
+    ray.init(address=world["cluster"].address, runtime_env={"env_vars": {"PYTHONPATH": env["PYTHONPATH"]}})
+    try:
+        engine = ray.remote(_VllmCpuRolloutActor).options(num_cpus=0, num_gpus=0).remote(
+            model=str(world["model"]), enforce_eager=True, worker_extension_cls=WORKER_EXTENSION, seed=0,
+            tensor_parallel_size=1, distributed_executor_backend="uni", max_model_len=128, dtype="bfloat16",
+            num_gpus=0, enable_sleep_mode=False, enable_prefix_caching=False)
+        tokenizer = AutoTokenizer.from_pretrained(world["model"])
+        prompts = [tokenizer(PROMPT_TEMPLATE.format(problem=harness.PROBLEM.format(i=i)))["input_ids"]
+                   for i in range(4)]
+        actor = AutoModelForCausalLM.from_pretrained(world["model"], dtype=torch.float32).eval()
+        generator = torch.Generator().manual_seed(0)
+        readable = ["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+                    "model.layers.0.input_layernorm.weight"]
+
+        def gaps() -> list[float]:
+            """Per prompt, the largest |engine - actor| log-prob over the engine's greedy tokens."""
+            out = []
+            for ids in prompts:
+                tokens, engine_logprobs = ray.get(engine.greedy_logprobs.remote(ids, 6))
+                with torch.no_grad():
+                    logits = actor(torch.tensor([ids + tokens])).logits[0, len(ids) - 1 : -1].float()
+                ours = torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
+                out.append(float((ours - torch.tensor(engine_logprobs)).abs().max()))
+            return out
+
+        for sync in (1, 2):
+            with torch.no_grad():  # an update: new weights, rounded to bf16 as the actor's param_dtype is
+                for param in actor.parameters():
+                    param.add_(0.3 * param.std() * torch.randn(param.shape, generator=generator))
+                    param.copy_(param.to(torch.bfloat16).float())
+            before = gaps()
+            assert max(before) > 2 * SYNC_TOLERANCE_NATS, f"sync {sync}: the engine already matched ({before})"
+            state = {name: tensor.to(torch.bfloat16) for name, tensor in actor.state_dict().items()}
+            assert ray.get(engine.load_weights.remote(state)) == f"sync {sync}"
+            held = ray.get(engine.readable_weights.remote(readable))
+            assert sorted(held) == sorted(readable)
+            for name in readable:
+                assert torch.equal(held[name], state[name].float()), f"sync {sync}: {name} differs"
+            after = gaps()
+            print(f"sync {sync}: max |log-prob gap| before {max(before):.3f}, after {max(after):.4f} nats")
+            assert max(after) < SYNC_TOLERANCE_NATS, f"sync {sync}: {after}"
+        ray.kill(engine)
+    finally:
+        ray.shutdown()

@@ -48,12 +48,19 @@ def stub_path() -> str | None:
     return str(folder)
 
 
-def child_env(**extra) -> dict:
-    """PYTHONPATH for the driver and every Ray process: this checkout, the stand-ins, the import stubs of what is
-    missing; DeepSpeed on its CPU accelerator (gloo), one thread per process (2 shared cores); vLLM's CPU
-    KV cache at 1 GiB per engine (it reserves a share of RAM, ~10 GiB, otherwise)."""
+def child_env(engine: str = "standin", **extra) -> dict:
+    """PYTHONPATH for the driver and every Ray process: this checkout, the stand-ins, the import stubs; DeepSpeed
+    on its CPU accelerator (gloo), one thread per process (2 shared cores); vLLM's CPU KV cache at 1 GiB per
+    engine (it reserves a share of RAM, ~10 GiB, otherwise).
+
+    Stubs: with the transformers stand-in engine, both stubs whenever either package is missing (nothing
+    generates with vLLM there, and its stub imports in no time where the real one takes seconds in every Ray
+    process); with `engine="vllm"`, stubs of only what is missing (stub_path)."""
     paths = [str(REPO), str(STANDINS)]
-    stubs = stub_path()
+    if engine == "vllm":
+        stubs = stub_path()
+    else:
+        stubs = str(STUBS) if any(importlib.util.find_spec(n) is None for n in ("vllm", "flash_attn")) else None
     if stubs:
         paths.append(stubs)
     old = os.environ.get("PYTHONPATH")
@@ -90,7 +97,7 @@ def slow_openrlhf_marks() -> list:
 
 
 @contextlib.contextmanager
-def tiny_world(root: Path, num_gpus: int = 1, num_cpus: int = 2, hidden_size: int = 32):
+def tiny_world(root: Path, num_gpus: int = 1, num_cpus: int = 2, hidden_size: int = 32, engine: str = "standin"):
     """A prompt set (10 prompts), the tiny warm-started policy and a private Ray cluster with `num_gpus` fake GPUs:
     {"root", "data", "model", "cluster", "runs"}; the cluster stops on exit."""
     from lze_bench.backends.openrlhf.data import PROMPT_TEMPLATE
@@ -100,7 +107,7 @@ def tiny_world(root: Path, num_gpus: int = 1, num_cpus: int = 2, hidden_size: in
     data = write_prompts(root / "data", 10)
     model = save_tiny_policy(root / "tiny", [PROMPT_TEMPLATE.format(problem=PROBLEM.format(i=i)) for i in range(4)],
                              hidden_size=hidden_size)
-    cluster = RayCluster(child_env(), num_cpus=num_cpus, num_gpus=num_gpus)
+    cluster = RayCluster(child_env(engine), num_cpus=num_cpus, num_gpus=num_gpus)
     try:
         yield {"root": root, "data": data, "model": model, "cluster": cluster, "runs": {}}
     finally:
@@ -139,7 +146,7 @@ def run_job(cfg_overrides: list[str], ray_address: str, crash_at_update: int | N
     crash.write_text(str(crash_at_update)) if crash_at_update is not None else crash.unlink(missing_ok=True)
     assert argv[1:3] == ["-m", "lze_bench.backends.openrlhf.entry"]
     command = [sys.executable, str(STANDINS / "run_entry.py"), *argv[3:]]
-    environment = child_env(LZE_RAY_ADDRESS=ray_address, **{ENV_POLICY: policy, ENV_ENGINE: engine})
+    environment = child_env(engine, LZE_RAY_ADDRESS=ray_address, **{ENV_POLICY: policy, ENV_ENGINE: engine})
     return subprocess.run(command, env=environment, capture_output=True, text=True, timeout=timeout_s)
 
 

@@ -37,9 +37,12 @@ class CpuWorkerExtension:
     repacking included, so a sync is one call with the full state dict (q/k/v and gate/up are fused in vLLM:
     it takes checkpoint names)."""
 
-    def lze_load_state(self, state: dict) -> int:
+    def lze_load_state(self, blob: bytes) -> int:
+        import io
+
         import torch
 
+        state = torch.load(io.BytesIO(blob), map_location="cpu")
         weights = [(name, tensor.to(torch.bfloat16) if tensor.is_floating_point() else tensor)
                    for name, tensor in state.items()]
         self.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
@@ -48,8 +51,14 @@ class CpuWorkerExtension:
     def lze_readable(self, names: list) -> dict:
         """The engine's copies of parameters stored unfused and unpacked (embeddings, norms, LM head), by vLLM
         name: what a sync check can compare with the actor's weights bit for bit."""
+        import io
+
+        import torch
+
         params = dict(self.model_runner.get_model().named_parameters())
-        return {name: params[name].detach().float().cpu().clone() for name in names if name in params}
+        buffer = io.BytesIO()  # bytes, as in lze_load_state
+        torch.save({name: params[name].detach().float().cpu().clone() for name in names if name in params}, buffer)
+        return buffer.getvalue()
 
 
 class _VllmCpuRolloutActor(RolloutRayActor.__ray_actor_class__):
@@ -62,14 +71,35 @@ class _VllmCpuRolloutActor(RolloutRayActor.__ray_actor_class__):
         await super().__init__(*args, **kwargs)
 
     async def load_weights(self, state: dict) -> str:
-        await self.llm.collective_rpc("lze_load_state", args=(state,))
+        import io
+
+        import torch
+
+        # as bytes: vLLM's RPC serializer turned the dict's tensors into lists
+        buffer = io.BytesIO()
+        torch.save({name: tensor.detach().cpu() for name, tensor in state.items()}, buffer)
+        await self.llm.collective_rpc("lze_load_state", args=(buffer.getvalue(),))
         await self.llm.reset_prefix_cache()  # cached blocks were computed by the old weights
         self._syncs += 1
         return f"sync {self._syncs}"
 
     async def readable_weights(self, names: list) -> dict:
-        [result] = await self.llm.collective_rpc("lze_readable", args=(list(names),))
-        return result
+        import io
+
+        import torch
+
+        [blob] = await self.llm.collective_rpc("lze_readable", args=(list(names),))
+        return torch.load(io.BytesIO(blob), map_location="cpu")
+
+    async def greedy_logprobs(self, prompt_ids: list, max_tokens: int) -> tuple[list, list]:
+        """Greedy tokens and their log-probs (vLLM's raw log-probs) for one prompt, through OpenRLHF's `generate`."""
+        from vllm import SamplingParams
+
+        output = await self.generate(list(prompt_ids), SamplingParams(temperature=0.0, max_tokens=max_tokens,
+                                                                      logprobs=1))
+        sample = output.outputs[0]
+        tokens = list(sample.token_ids)
+        return tokens, [float(step[token].logprob) for step, token in zip(sample.logprobs, tokens)]
 
     def get_calls(self) -> dict:
         return {"load_weights": self._syncs}
