@@ -152,7 +152,7 @@ def test_engine_holds_the_actors_weights_after_every_sync(world):
         for sync in (1, 2):
             with torch.no_grad():  # an update: new weights, rounded to bf16 as the actor's param_dtype is
                 for param in actor.parameters():
-                    param.add_(0.3 * param.std() * torch.randn(param.shape, generator=generator))
+                    param.add_(param.std() * torch.randn(param.shape, generator=generator))
                     param.copy_(param.to(torch.bfloat16).float())
             before = gaps()
             assert max(before) > 2 * SYNC_TOLERANCE_NATS, f"sync {sync}: the engine already matched ({before})"
@@ -160,8 +160,10 @@ def test_engine_holds_the_actors_weights_after_every_sync(world):
             assert ray.get(engine.load_weights.remote(state)) == f"sync {sync}"
             held = ray.get(engine.readable_weights.remote(readable))
             assert sorted(held) == sorted(readable)
-            for name in readable:
-                assert torch.equal(held[name], state[name].float()), f"sync {sync}: {name} differs"
+            for name in readable:  # vLLM pads the vocabulary rows of embeddings and LM head: the real rows compare
+                ours, theirs = state[name].float(), held[name][: state[name].shape[0]]
+                assert torch.equal(theirs, ours), (f"sync {sync}: {name} differs: {tuple(held[name].shape)} vs "
+                                                   f"{tuple(ours.shape)}, max {float((theirs - ours).abs().max())}")
             after = gaps()
             print(f"sync {sync}: max |log-prob gap| before {max(before):.3f}, after {max(after):.4f} nats")
             assert max(after) < SYNC_TOLERANCE_NATS, f"sync {sync}: {after}"
