@@ -311,7 +311,7 @@ def cpu_engine(real_vllm, tiny_checkpoint_hd32):
     from lze_bench.evaluation.generation import load_generator
     from lze_bench.evaluation.suites import GenerationConfig
 
-    marker = f"LZE_TEST_ENGINE={uuid.uuid4().hex}"
+    marker = f"LZE_TEST_VLLM_MARKER={uuid.uuid4().hex}"
     name, value = marker.split("=")
     os.environ[name] = value  # inherited by the engine processes vLLM spawns: how _engine_processes finds them
     try:
@@ -398,7 +398,7 @@ def test_real_vllm_engine_that_cannot_start_fails_in_one_line(real_vllm, tiny_ch
     command = [sys.executable, "-m", "lze_bench.cli", "eval", f"model={tiny_checkpoint_hd32}",
                f"data.root={_data_root(tmp_path)}", "eval.benchmarks=[gsm8k]", "generation.backend=vllm", "device=cpu",
                "generation.enforce_eager=true", "generation.cpu_kv_cache_gib=4096", f"out_dir={tmp_path / 'out'}"]
-    done = subprocess.run(command, env={**os.environ, "LZE_TEST_ENGINE": marker}, capture_output=True, text=True,
+    done = subprocess.run(command, env={**os.environ, "LZE_TEST_VLLM_MARKER": marker}, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode != 0
     # vLLM's engine process logs its own traceback (the root cause); ours is one `error:` line and no traceback
@@ -408,7 +408,7 @@ def test_real_vllm_engine_that_cannot_start_fails_in_one_line(real_vllm, tiny_ch
     ours_tracebacks = [line for line in done.stderr.splitlines()
                        if "Traceback" in line and not line.startswith(("(EngineCore", "(Worker"))]
     assert ours_tracebacks == []  # vLLM's engine and worker processes prefix theirs
-    assert _engine_processes(f"LZE_TEST_ENGINE={marker}") == []
+    assert _engine_processes(f"LZE_TEST_VLLM_MARKER={marker}") == []
 
 
 @pytest.mark.slow
@@ -424,14 +424,14 @@ def test_real_vllm_eval_command_reproduces_samples_and_records_dtype(real_vllm, 
 
     run = _run_with_checkpoints(tmp_path, tiny_checkpoint_hd32)
     marker = uuid.uuid4().hex
-    env = {**os.environ, "LZE_TEST_ENGINE": marker}
+    env = {**os.environ, "LZE_TEST_VLLM_MARKER": marker}
     command = [sys.executable, "-m", "lze_bench.cli", "eval", f"run={run}", f"data.root={_data_root(tmp_path)}",
                "generation.backend=vllm", "device=cpu", "generation.enforce_eager=true", "eval.benchmarks=[gsm8k]",
                "eval.max_new_tokens=12", "eval.temperature=1.0", "eval.n_samples=3", "eval.ks=[1,3]",
                "eval.seeds=[0,1]", "grading.workers=1"]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert _engine_processes(f"LZE_TEST_ENGINE={marker}") == []
+    assert _engine_processes(f"LZE_TEST_VLLM_MARKER={marker}") == []
 
     def answers(checkpoint: str, seed: int) -> list:
         [folder] = [p.parent for p in (run / "evals" / checkpoint).glob("*/summary.json")
