@@ -269,6 +269,12 @@ class VLLMGenerator(_Base):
                   "enforce_eager": enforce_eager}
         if max_model_len is not None:
             engine["max_model_len"] = max_model_len
+        if self.on_cpu:
+            # vLLM 0.29.0 rewinds a seeded request's random generator when a chunked prefill discards its sampled
+            # token (gpu_model_runner._bookkeeping_sync: `gen.set_offset(...)`), which a CPU torch.Generator
+            # cannot do ("CPU Generator does not use offset"): the engine dies as soon as a sampled eval batch
+            # outgrows one prefill chunk. Without chunked prefill a prompt is prefilled whole.
+            engine["enable_chunked_prefill"] = False
         self.llm = None
         self.llm = self._start(path, dtype, seed, engine, cpu_kv_cache_gib)
         model_dtype = getattr(getattr(self.llm.llm_engine, "model_config", None), "dtype", None)
