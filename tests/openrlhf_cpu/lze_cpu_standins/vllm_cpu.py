@@ -10,6 +10,7 @@ run on a CPU, each for the reason given where it is done:
   loads it with one `reload_weights(..., is_checkpoint_format=True)`;
 * the worker extension class (`worker_extension_cls`): OpenRLHF's `WorkerWrap`
   receives on `device="cuda"`;
+* no chunked prefill: with seeded requests it kills the CPU engine (below);
 * the env of the Ray processes (harness.child_env(engine="vllm")): the KV cache
   size, and no stub `vllm` on the path.
 
@@ -67,6 +68,10 @@ class _VllmCpuRolloutActor(RolloutRayActor.__ray_actor_class__):
 
     async def __init__(self, *args, **kwargs):
         kwargs["worker_extension_cls"] = WORKER_EXTENSION
+        # seeded requests (generator.rollout_seed) + chunked prefill kill vLLM 0.29.0's CPU engine once a batch
+        # outgrows one prefill chunk: it rewinds the request's generator, which a CPU torch.Generator cannot do
+        # ("CPU Generator does not use offset"); CUDA generators can, so this is CPU-only
+        kwargs["enable_chunked_prefill"] = False
         self._syncs = 0
         await super().__init__(*args, **kwargs)
 
