@@ -32,8 +32,18 @@ OPENRLHF_MODULES = ("openrlhf.trainer.ppo_trainer", "openrlhf.trainer.ppo_utils.
 def _import_openrlhf() -> str | None:
     """Import the OpenRLHF modules we subclass; the failing import's message, or None."""
     missing = [name for name in STUB_PACKAGES if importlib.util.find_spec(name) is None]
+    stubs = None
     if missing:
-        sys.path.insert(0, str(STUBS))
+        # only the missing packages' stubs: with vLLM's CPU build installed, a stub `vllm` first on sys.path would
+        # shadow the real one (and stay in sys.modules for every later test, the real-engine ones included)
+        standins = str(Path(__file__).resolve().parent / "openrlhf_cpu")
+        sys.path.insert(0, standins)
+        try:
+            from lze_cpu_standins.harness import stub_path
+        finally:
+            sys.path.remove(standins)
+        stubs = stub_path()
+        sys.path.insert(0, stubs)
     try:
         for module in OPENRLHF_MODULES:
             importlib.import_module(module)
@@ -42,7 +52,7 @@ def _import_openrlhf() -> str | None:
         return f"{type(exc).__name__}: {exc}"
     finally:
         if missing:
-            sys.path.remove(str(STUBS))
+            sys.path.remove(stubs)
             for name in list(sys.modules):
                 if name.split(".")[0] in missing:
                     del sys.modules[name]
