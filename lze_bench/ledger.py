@@ -116,6 +116,7 @@ EVAL_COLUMNS: dict[str, str] = {
     "grading": "object",  # "boxed": the last \boxed{} of the response
     # recorded, not part of the key
     "generation_backend": "object",  # hf | vllm
+    "dtype": "object",  # the dtype generation ran in (float32, bfloat16, ...); "" for results written before it was
     "cum_flops": "float64",  # the run's cum_flops when the checkpoint was saved (reports recompute it from the ledger)
     "cut_response_frac": "float64",  # share of responses that stopped at max_new_tokens (NaN in older files)
     "cut_prompt_frac": "float64",  # share of prompts truncated from the left to fit the context (NaN in older files)
@@ -344,6 +345,8 @@ def _with_intervals(frame: pd.DataFrame) -> pd.DataFrame:
     for column in (*EVAL_INTERVAL_COLUMNS, *EVAL_CUT_COLUMNS):
         if column not in frame:
             frame[column] = float("nan")
+    if "dtype" not in frame:  # came later still: which dtype ran is unknown for older rows
+        frame["dtype"] = ""
     return frame
 
 

@@ -97,11 +97,21 @@ CHAT = "{% for m in messages %}User: {{ m['content'] }}\nAssistant:{% endfor %}"
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
     """A random-weight 2-layer Llama with a character tokenizer, a chat template and a 96-token context."""
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "checkpoint", hidden_size=32)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint_hd32(tmp_path_factory) -> Path:
+    """tiny_checkpoint with head_dim 32 (hidden 64, 2 heads): vLLM's CPU attention needs head_dim >= 32, the
+    16 of tiny_checkpoint is refused at engine start."""
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("tiny_hd32") / "checkpoint", hidden_size=64)
+
+
+def save_tiny_checkpoint(path: Path, hidden_size: int) -> Path:
     import torch
     from tokenizers import Tokenizer, decoders, models
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    path = tmp_path_factory.mktemp("tiny") / "checkpoint"
     specials = ["<pad>", "<s>", "</s>", "<unk>"]
     vocab = {token: i for i, token in enumerate(specials + ["\n"] + [chr(c) for c in range(32, 127)])}
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
@@ -110,7 +120,7 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
                                         unk_token="<unk>")
     tokenizer.chat_template = CHAT
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    config = LlamaConfig(vocab_size=len(vocab), hidden_size=hidden_size, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=96,
                          pad_token_id=0, bos_token_id=1, eos_token_id=2)
     LlamaForCausalLM(config).save_pretrained(path)

@@ -33,3 +33,20 @@ def test_bench_grading_names_the_missing_files(tmp_path):
     result = CliRunner().invoke(app, ["bench", "grading", f"data={tmp_path}"])
     assert result.exit_code == 2
     assert "lacks aime25/test.jsonl, amc23/test.jsonl, math500/test.jsonl; pass data=PATH" in result.output
+
+
+def test_bench_generation_measures_transformers_tokens_per_s(tiny_checkpoint, tmp_path):
+    """`lze-bench bench generation` with engines=hf (the vLLM engine is measured where it is installed:
+    `engines=hf,vllm`; tests/test_eval_vllm.py tests that generator)."""
+    out = tmp_path / "generation.json"
+    result = CliRunner().invoke(app, ["bench", "generation", f"model={tiny_checkpoint}", "engines=hf", "prompts=8",
+                                      "samples=2", "max_new_tokens=8", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(out.read_text())["rows"]
+    assert row["engine"] == "hf" and row["dtype"] == "float32" and row["prompts"] == 8
+    assert 0 < row["generated_tokens"] <= 8 * 2 * 8 and row["tokens/s"] > 0
+
+
+def test_bench_generation_needs_a_model():
+    result = CliRunner().invoke(app, ["bench", "generation"])
+    assert result.exit_code == 2 and "pass model=PATH_OR_HF_ID" in result.output

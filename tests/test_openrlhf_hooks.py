@@ -32,8 +32,18 @@ OPENRLHF_MODULES = ("openrlhf.trainer.ppo_trainer", "openrlhf.trainer.ppo_utils.
 def _import_openrlhf() -> str | None:
     """Import the OpenRLHF modules we subclass; the failing import's message, or None."""
     missing = [name for name in STUB_PACKAGES if importlib.util.find_spec(name) is None]
+    stubs = None
     if missing:
-        sys.path.insert(0, str(STUBS))
+        # only the missing packages' stubs: with vLLM's CPU build installed, a stub `vllm` first on sys.path would
+        # shadow the real one (and stay in sys.modules for every later test, the real-engine ones included)
+        standins = str(Path(__file__).resolve().parent / "openrlhf_cpu")
+        sys.path.insert(0, standins)
+        try:
+            from lze_cpu_standins.harness import stub_path
+        finally:
+            sys.path.remove(standins)
+        stubs = stub_path()
+        sys.path.insert(0, stubs)
     try:
         for module in OPENRLHF_MODULES:
             importlib.import_module(module)
@@ -42,7 +52,7 @@ def _import_openrlhf() -> str | None:
         return f"{type(exc).__name__}: {exc}"
     finally:
         if missing:
-            sys.path.remove(str(STUBS))
+            sys.path.remove(stubs)
             for name in list(sys.modules):
                 if name.split(".")[0] in missing:
                     del sys.modules[name]
@@ -199,15 +209,33 @@ def build_generator(ray_local, tmp_path, monkeypatch, selector: str):
     dataset = PromptDataset(data, None, strategy)
     loader = torch.utils.data.DataLoader(dataset, batch_size=1, shuffle=True, collate_fn=dataset.collate_fn)
 
-    class FakeVllm(LzeSamplesGenerator):  # vLLM engines are the one thing replaced
-        def _dispatch_prompts_to_vllm(self, prompts, labels, *, images=None, **kw):
-            return [ray_local.put(fake_responses(p, l, kw.get("n_samples_per_prompt", N)))
-                    for p, l in zip(prompts, labels)]
-
     context = RunContext(cfg, num_prompts=len(dataset), flops=FlopModel(100, 2, 8))
-    generator = FakeVllm(strategy=strategy, prompts_dataloader=loader, eval_dataloader=None, tokenizer=None,
-                         vllm_engines=[], context=context, on_untrained=lambda r: context.write_step(r, {}))
+    generator = LzeSamplesGenerator(strategy=strategy, prompts_dataloader=loader, eval_dataloader=None,
+                                    tokenizer=None, vllm_engines=[FakeEngine(ray_local), FakeEngine(ray_local)],
+                                    context=context, on_untrained=lambda r: context.write_step(r, {}))
     return generator, context
+
+
+class FakeEngine:
+    """A rollout engine handle (the one thing replaced): OpenRLHF's own dispatch calls it. It answers
+    `generate_responses` as `RolloutRayActor` does (fake_responses; sample j of a prompt is its j-th request
+    since the prompt's last full group) and records each request's (prompt id, num_samples, seed)."""
+
+    def __init__(self, ray):
+        from collections import Counter
+
+        self.ray, self.requests, self.asked = ray, [], Counter()
+        self.get_num_unfinished_requests = SimpleNamespace(remote=lambda: ray.put(0))
+        self.generate_responses = SimpleNamespace(remote=self._generate)
+        for name in ("wake_up", "sleep"):  # vLLM sleep mode around generation (the recipe's vllm_enable_sleep)
+            setattr(self, name, SimpleNamespace(remote=lambda *args, **kwargs: ray.put(None)))
+
+    def _generate(self, *, prompt, label, sampling_params, max_length, hf_tokenizer, num_samples, images=None):
+        prompt_id = json.loads(label)["id"]
+        self.requests.append((prompt_id, num_samples, getattr(sampling_params, "seed", None)))
+        j = self.asked[prompt_id] % N
+        self.asked[prompt_id] += 1
+        return self.ray.put(fake_responses(prompt, label, N)[j : j + num_samples])
 
 
 GENERATE_KWARGS = {"do_sample": True, "max_len": 64, "max_new_tokens": RESPONSE_TOKENS, "temperature": 1.0,
@@ -244,6 +272,29 @@ def test_generate_samples_shrinks_for_lze_and_stops_after_trainer_steps(ray_loca
     samples, _, consumed, exhausted = generator.generate_samples(**GENERATE_KWARGS)
     assert samples == [] and consumed == 0 and exhausted
     assert len(list((tmp_path / "rollouts").glob("part-step_*.parquet"))) == STEPS
+
+
+def test_every_rollout_request_carries_its_own_seed(ray_local, tmp_path, monkeypatch):
+    """OpenRLHF sends a prompt's n samples as one unseeded request; ours sends n requests (num_samples=1), each
+    seeded with rollout_seed(seed, step, prompt id, sample, round): all distinct, and a second generator at the
+    same step (a resumed run) asks with exactly the same seeds."""
+    from lze_bench.backends.openrlhf.generator import rollout_seed
+
+    def requests():
+        generator, context = build_generator(ray_local, tmp_path / f"run{len(seen)}", monkeypatch, "uniform")
+        generator.generate_samples(**GENERATE_KWARGS)
+        step = context.driver.step - 1
+        return sorted(r for engine in generator.vllm_engines for r in engine.requests), step
+
+    seen = []
+    first, step = requests()
+    seen.append(first)
+    assert len(first) == B * N and all(num_samples == 1 for _, num_samples, _ in first)
+    assert len({seed for _, _, seed in first}) == B * N  # no two samples share a seed
+    ids = sorted({prompt_id for prompt_id, _, _ in first})
+    assert sorted(seed for _, _, seed in first) == sorted(rollout_seed(0, step, i, j, 0) for i in ids for j in range(N))
+    assert requests()[0] == first  # the same step of another run: the same seeds
+    assert rollout_seed(0, 0, 1, 0, 1) != rollout_seed(0, 0, 1, 0, 0) != rollout_seed(1, 0, 1, 0, 0)
 
 
 # -- the controller's feature calls on the policy ranks (dispatch.py) --

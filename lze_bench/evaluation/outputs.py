@@ -123,7 +123,7 @@ def append_to_run(run: Path, step: int | None, checkpoint: str, entries: list[di
             "suite": entry["suite"], "settings_key": entry["settings_key"],
             **{name: settings[name] for name in ("split", "temperature", "top_p", "max_new_tokens", "limit", "seed",
                                                  "prompt_template", "chat_template", "grading")},
-            "generation_backend": entry["generation_backend"], "cum_flops": cum_flops,
+            "generation_backend": entry["generation_backend"], "dtype": entry.get("dtype") or "", "cum_flops": cum_flops,
             # summaries written before the shares were recorded: unknown (NaN), not "nothing cut"
             **{column: entry.get(column, float("nan")) for column in ("cut_response_frac", "cut_prompt_frac")},
         })

@@ -283,8 +283,11 @@ def evaluate_benchmark(name: str, rows: list[dict], target: Target, folder: Path
         "grade_timeouts": statuses.count("timeout"), "grade_errors": statuses.count("error"),
         "no_answer": statuses.count("no_answer"), "truncated_prompts": sum(r.truncated for r in results),
         "max_new_tokens_used": min((r.max_new_tokens for r in results), default=None), **cut,
-        "generation_backend": generator.name, "device": options.device, "settings": settings,
-        "grading_timeout_s": options.grading.timeout_s, "dtype": options.generation.dtype,
+        "generation_backend": generator.name, "device": getattr(generator, "device", options.device),
+        "settings": settings, "grading_timeout_s": options.grading.timeout_s,
+        # the dtype that ran (generation.dtype=auto differs between engines: bfloat16 on vLLM's CPU build,
+        # float32 in transformers on CPU), and what was asked for
+        "dtype": getattr(generator, "dtype", options.generation.dtype), "dtype_requested": options.generation.dtype,
         "data": fingerprint(rows),
     }
 

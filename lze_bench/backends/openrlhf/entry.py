@@ -58,6 +58,8 @@ def actor_env(cfg, config_path: str) -> dict[str, str]:
         "LZE_GRADE_TIMEOUT_S": str(cfg.backend.grade_timeout_s),
         "LZE_GRADE_WORKERS": str(cfg.backend.grade_workers),
         **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}),
+        # read by vLLM at engine start in the rollout actors (backend.vllm_batch_invariant)
+        **({"VLLM_BATCH_INVARIANT": "1"} if getattr(cfg.backend, "vllm_batch_invariant", False) else {}),
     }
 
 

@@ -22,9 +22,25 @@ trainer's `on_untrained` (its ledger row, its checkpoint when due) and the
 next step runs in the same call (OpenRLHF's fit would otherwise skip it
 without a ledger hook). After `trainer.steps` steps it returns
 `([], 0, True)`, which ends OpenRLHF's `fit` loop.
+
+Seeded rollouts. OpenRLHF sends every request with one unseeded `SamplingParams`
+(one request per sample: `generate_responses` runs `num_samples` agent calls
+with the same params), so vLLM samples from a generator whose draws depend on
+what else was batched: two identical runs, or a crashed run and its resume,
+roll out different responses. Here every sample is its own request, seeded with
+`rollout_seed(seed, step, prompt id, sample index, round)`: all of them are
+recorded by the run (the ledger's step, the data order's ids, the generation
+round of a fill selector), so a resumed run asks for exactly what the unbroken
+run asked for. The dispatch itself stays OpenRLHF's (`_dispatch_prompts_to_vllm`:
+its SamplingParams, its least-loaded engine choice); only the handles it calls
+record the request (`_RecordedEngine`), which is then sent once per sample with
+the seed set. What this guarantees where: README, "Reproducible rollouts".
 """
 
 from __future__ import annotations
+
+import copy
+import hashlib
 
 import numpy as np
 import ray
@@ -59,6 +75,33 @@ def group_from_experiences(prompt_id: int, experiences: list) -> Group:
     )
 
 
+def rollout_seed(seed: int, step: int, prompt_id: int, sample: int, round_: int) -> int:
+    """The vLLM sampling seed of one response: a hash of what the run records, below 2**31."""
+    key = f"{int(seed)}:{int(step)}:{int(prompt_id)}:{int(sample)}:{int(round_)}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") % (2**31 - 1)
+
+
+def with_seed(params, seed: int):
+    """A copy of OpenRLHF's SamplingParams with `seed` set (vLLM's `clone()` where it has one)."""
+    clone = params.clone() if callable(getattr(params, "clone", None)) else copy.copy(params)
+    clone.seed = int(seed)
+    return clone
+
+
+class _RecordedEngine:
+    """Stands in for one rollout engine handle while OpenRLHF's `_dispatch_prompts_to_vllm` runs: the load query
+    goes to the engine, the `generate_responses` request is recorded (engine, kwargs) instead of sent."""
+
+    def __init__(self, engine, requests: list):
+        self.get_num_unfinished_requests = engine.get_num_unfinished_requests
+        self.generate_responses = self
+        self._engine, self._requests = engine, requests
+
+    def remote(self, **kwargs):
+        self._requests.append((self._engine, kwargs))
+        return len(self._requests) - 1
+
+
 class LzeSamplesGenerator(SamplesGenerator):
     """OpenRLHF's generator with the selector deciding rollouts and kept groups."""
 
@@ -70,6 +113,7 @@ class LzeSamplesGenerator(SamplesGenerator):
         check_dataset_ids(list(dataset.labels))
         self._dataset = dataset
         self.records: list = []  # StepRecords of finished steps, taken by the trainer's ledger hook
+        self._round = 0  # generation rounds of the current step so far (a rollout seed's `round`)
 
     def _generate_vllm(self, dataloader_iter, num_prompts: int, dynamic_filtering, **generate_kwargs):
         if dataloader_iter is not getattr(self, "_dataloader_iter", None):  # evaluation: OpenRLHF's own path
@@ -87,6 +131,7 @@ class LzeSamplesGenerator(SamplesGenerator):
         considered = 0
         while not self.context.finished:
             self.context.begin_step()
+            self._round = 0
             record = driver.run_step(lambda ids: self._rollout(ids, **generate_kwargs))
             considered += record.prompts_considered
             if self.context.plan_update(record):
@@ -100,14 +145,40 @@ class LzeSamplesGenerator(SamplesGenerator):
         prompts = [self._dataset.prompts[i] for i in ids]
         labels = [self._dataset.labels[i] for i in ids]
         images = [self._dataset.images[i] for i in ids]
-        refs = self._dispatch_prompts_to_vllm(prompts, labels, images=images, **generate_kwargs)
-        responses = ray.get(refs)  # one ref per prompt; order kept
+        refs = self._dispatch_seeded(ids, prompts, labels, images, **generate_kwargs)
+        flat = ray.get([ref for prompt_refs in refs for ref in prompt_refs])  # one list of 1 response per ref
+        responses, position = [], 0
+        for prompt_refs in refs:
+            responses.append([r for chunk in flat[position : position + len(prompt_refs)] for r in chunk])
+            position += len(prompt_refs)
         groups = []
         for prompt_id, samples in zip(ids, responses):
             experiences = [self._process_response_into_experience(r, **generate_kwargs) for r in samples]
             groups.append(group_from_experiences(int(prompt_id), experiences))
         self.context.add_response_features(groups)
         return groups
+
+    def _dispatch_seeded(self, ids, prompts, labels, images, **generate_kwargs) -> list[list]:
+        """OpenRLHF's dispatch, then one request per sample with its rollout seed: per prompt, its n refs."""
+        requests: list = []
+        engines = self.vllm_engines
+        self.vllm_engines = [_RecordedEngine(engine, requests) for engine in engines]
+        try:
+            self._dispatch_prompts_to_vllm(prompts, labels, images=images, **generate_kwargs)
+        finally:
+            self.vllm_engines = engines
+        if len(requests) != len(ids):
+            raise LzeBenchError(f"OpenRLHF's dispatch made {len(requests)} requests for {len(ids)} prompts")
+        step, round_ = self.context.driver.step, self._round
+        self._round += 1
+        refs = []
+        for prompt_id, (engine, kwargs) in zip(ids, requests):
+            params, n = kwargs["sampling_params"], int(kwargs.get("num_samples", 1))
+            refs.append([engine.generate_responses.remote(
+                **{**kwargs, "num_samples": 1, "sampling_params": with_seed(
+                    params, rollout_seed(self.context.cfg.seed, step, int(prompt_id), sample, round_))})
+                for sample in range(n)])
+        return refs
 
     def pending_record(self):
         """The record of the step whose samples the experience maker is processing."""

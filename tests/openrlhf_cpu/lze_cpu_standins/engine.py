@@ -7,10 +7,12 @@ weight sync is a state_dict copy (`load_weights`). `generate_responses`, and
 with it OpenRLHF's `SingleTurnAgentExecutor` (tokenising, truncation, calling
 our reward_func file, the response dict) is OpenRLHF's own.
 
-Sampling is reproducible across a crash and resume: each request's seed is a
-hash of the weights, the prompt tokens and how often that prompt was asked
-under those weights, so a resumed run from a checkpoint draws exactly the
-samples the unbroken run drew.
+Sampling follows vLLM's contract: a request whose `SamplingParams.seed` is set
+draws from a generator seeded with it, an unseeded one from fresh entropy. So
+whether a resumed run draws what the unbroken run drew is decided by the seeds
+lze-bench puts on its requests (generator.rollout_seed), as with the real
+engine, never by this stand-in (it used to seed itself from a hash of the
+weights and the prompt, which made the promise true only here).
 """
 
 from __future__ import annotations
@@ -53,11 +55,12 @@ class _CpuRolloutActor(RolloutRayActor.__ray_actor_class__):
         return self._fingerprint
 
     async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
-        key = (self._fingerprint, tuple(prompt_token_ids))
-        index = self._asked[key]
-        self._asked[key] += 1
-        digest = hashlib.sha256(repr((self.seed, key, index)).encode()).digest()
-        generator = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
+        seed = getattr(sampling_params, "seed", None)
+        generator = torch.Generator()
+        if seed is None:
+            generator.seed()  # as vLLM: an unseeded request is not reproducible
+        else:
+            generator.manual_seed(int(seed))
         temperature = float(getattr(sampling_params, "temperature", 1.0) or 1.0)
         max_tokens = int(sampling_params.max_tokens)
         min_tokens = int(getattr(sampling_params, "min_tokens", 1) or 0)

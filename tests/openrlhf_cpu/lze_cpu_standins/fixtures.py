@@ -45,7 +45,8 @@ def write_prompts(root: Path, count: int, gold=lambda i: i % 2) -> Path:
     return root
 
 
-def save_tiny_policy(path: Path, prompts: list[str], steps: int = 30) -> Path:
+def save_tiny_policy(path: Path, prompts: list[str], steps: int = 30, hidden_size: int = 32) -> Path:
+    """hidden_size 32 (head_dim 16) by default; 64 (head_dim 32) for vLLM's CPU attention, which refuses 16."""
     import torch
     from tokenizers import Tokenizer, decoders, models
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -58,7 +59,7 @@ def save_tiny_policy(path: Path, prompts: list[str], steps: int = 30) -> Path:
                                         unk_token="<unk>")
     torch.manual_seed(0)
     torch.set_num_threads(1)  # a few ms per step on one core; more threads only contend on 2 shared cores
-    config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    config = LlamaConfig(vocab_size=len(vocab), hidden_size=hidden_size, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
                          pad_token_id=0, bos_token_id=1, eos_token_id=2)
     model = LlamaForCausalLM(config)

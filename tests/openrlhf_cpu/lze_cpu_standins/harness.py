@@ -23,17 +23,63 @@ STUBS = REPO / "tests" / "stubs"
 ENV_POLICY = "LZE_TEST_POLICY"  # read by run_entry.py in the driver process
 
 
-def child_env(**extra) -> dict:
-    """PYTHONPATH for the driver and every Ray process: this checkout, the stand-ins, the import stubs if needed;
-    DeepSpeed on its CPU accelerator (gloo), one thread per process (2 shared cores)."""
+ENV_ENGINE = "LZE_TEST_ENGINE"  # read by run_entry.py: "standin" (transformers) or "vllm" (vllm_cpu.py)
+# What OpenRLHF's real engines need in the config on CPU (vllm_cpu.py says why): no sleep mode, eager mode
+VLLM_CPU_OVERRIDES = ("backend.vllm_enable_sleep=false", "backend.vllm_enforce_eager=true")
+
+
+def stub_path() -> str | None:
+    """A folder holding the import stubs of only the packages that are really missing (tests/stubs has both
+    vllm and flash_attn): with vLLM's CPU build installed, a stub `vllm` first on every Ray process's path would
+    shadow the real engine."""
+    missing = [name for name in ("vllm", "flash_attn") if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    if len(missing) == 2:
+        return str(STUBS)
+    import tempfile
+
+    folder = Path(tempfile.gettempdir()) / f"lze_stubs_{'_'.join(missing)}_{os.getuid()}"
+    folder.mkdir(exist_ok=True)
+    for name in missing:
+        link = folder / name
+        if not link.exists():
+            link.symlink_to(STUBS / name, target_is_directory=True)
+    return str(folder)
+
+
+def child_env(engine: str = "standin", **extra) -> dict:
+    """PYTHONPATH for the driver and every Ray process: this checkout, the stand-ins, the import stubs; DeepSpeed
+    on its CPU accelerator (gloo), one thread per process (2 shared cores); vLLM's CPU KV cache at 1 GiB per
+    engine (it reserves a share of RAM, ~10 GiB, otherwise).
+
+    Stubs: with the transformers stand-in engine, both stubs whenever either package is missing (nothing
+    generates with vLLM there, and its stub imports in no time where the real one takes seconds in every Ray
+    process); with `engine="vllm"`, stubs of only what is missing (stub_path)."""
     paths = [str(REPO), str(STANDINS)]
-    if any(importlib.util.find_spec(name) is None for name in ("vllm", "flash_attn")):
-        paths.append(str(STUBS))
+    if engine == "vllm":
+        stubs = stub_path()
+    else:
+        stubs = str(STUBS) if any(importlib.util.find_spec(n) is None for n in ("vllm", "flash_attn")) else None
+    if stubs:
+        paths.append(stubs)
     old = os.environ.get("PYTHONPATH")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths + ([old] if old else [])), TOKENIZERS_PARALLELISM="false",
-               OMP_NUM_THREADS="1", RAY_DEDUP_LOGS="0", DS_ACCELERATOR="cpu")
+               OMP_NUM_THREADS="1", RAY_DEDUP_LOGS="0", DS_ACCELERATOR="cpu", VLLM_CPU_KVCACHE_SPACE="1")
     env.update(extra)
     return env
+
+
+def vllm_cpu_error() -> str | None:
+    """Why vLLM's CPU build (vllm-cpu 0.29.0, OpenRLHF 0.11.2's vLLM) is not there, or None. From the installed
+    distributions: importing vllm takes seconds."""
+    import importlib.metadata
+
+    try:
+        version = importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return "vllm-cpu is not installed"
+    return None if version.startswith("0.29.") else f"vllm-cpu {version} is installed; OpenRLHF 0.11.2 pins 0.29.0"
 
 
 def import_error() -> str | None:
@@ -63,7 +109,7 @@ def slow_openrlhf_marks() -> list:
 
 
 @contextlib.contextmanager
-def tiny_world(root: Path, num_gpus: int = 1, num_cpus: int = 2):
+def tiny_world(root: Path, num_gpus: int = 1, num_cpus: int = 2, hidden_size: int = 32, engine: str = "standin"):
     """A prompt set (10 prompts), the tiny warm-started policy and a private Ray cluster with `num_gpus` fake GPUs:
     {"root", "data", "model", "cluster", "runs"}; the cluster stops on exit."""
     from lze_bench.backends.openrlhf.data import PROMPT_TEMPLATE
@@ -71,8 +117,9 @@ def tiny_world(root: Path, num_gpus: int = 1, num_cpus: int = 2):
     from lze_cpu_standins.fixtures import RayCluster, save_tiny_policy, write_prompts
 
     data = write_prompts(root / "data", 10)
-    model = save_tiny_policy(root / "tiny", [PROMPT_TEMPLATE.format(problem=PROBLEM.format(i=i)) for i in range(4)])
-    cluster = RayCluster(child_env(), num_cpus=num_cpus, num_gpus=num_gpus)
+    model = save_tiny_policy(root / "tiny", [PROMPT_TEMPLATE.format(problem=PROBLEM.format(i=i)) for i in range(4)],
+                             hidden_size=hidden_size)
+    cluster = RayCluster(child_env(engine), num_cpus=num_cpus, num_gpus=num_gpus)
     try:
         yield {"root": root, "data": data, "model": model, "cluster": cluster, "runs": {}}
     finally:
@@ -99,7 +146,8 @@ def overrides(model: Path, data: Path, selector: str, run_dir: Path, *, steps: i
 
 
 def run_job(cfg_overrides: list[str], ray_address: str, crash_at_update: int | None = None,
-            policy: str = "standin", timeout_s: int = 900, preempted: bool = False) -> subprocess.CompletedProcess:
+            policy: str = "standin", timeout_s: int = 900, preempted: bool = False,
+            engine: str = "standin") -> subprocess.CompletedProcess:
     """Prepare the run directory as `lze-bench train` does, then run the saved driver argv with the stand-ins.
 
     `crash_at_update=K` makes the policy actor raise before update K+1 (a crash after step K). `preempted`:
@@ -116,9 +164,72 @@ def run_job(cfg_overrides: list[str], ray_address: str, crash_at_update: int | N
     crash.write_text(str(crash_at_update)) if crash_at_update is not None else crash.unlink(missing_ok=True)
     assert argv[1:3] == ["-m", "lze_bench.backends.openrlhf.entry"]
     command = [sys.executable, str(STANDINS / "run_entry.py"), *argv[3:]]
-    environment = child_env(LZE_RAY_ADDRESS=ray_address, **{ENV_POLICY: policy})
+    environment = child_env(engine, LZE_RAY_ADDRESS=ray_address, **{ENV_POLICY: policy, ENV_ENGINE: engine})
     return subprocess.run(command, env=environment, capture_output=True, text=True, timeout=timeout_s)
 
 
 def ok(done: subprocess.CompletedProcess) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+
+
+def check_fit_loop(model: Path, selector: str, run: Path, *, steps: int, batch: int, n: int, micro: int,
+                   epochs: int):
+    """A finished run of `selector` (tests/test_openrlhf_e2e.py, and tests/test_openrlhf_vllm.py for uniform with
+    the real engines): the run-directory schema, ledger counts against the rollout log and against what the policy
+    actor received (policy.py's log), checkpoints, changed weights. Returns (ledger, the policy actor's updates)."""
+    import json
+
+    from lze_bench.ledger import LEDGER_COLUMNS, ROLLOUT_COLUMNS, read_ledger, read_rollouts
+    from lze_bench.rundir import checkpoint_dir
+
+    STEPS, BATCH, N, MICRO, EPOCHS = steps, batch, n, micro, epochs
+    # the run directory: the local backend's schema
+    assert (run / "DONE").exists() and (run / "rollouts.parquet").exists()
+    ledger = read_ledger(run)
+    assert list(ledger["step"]) == list(range(STEPS))
+    assert set(LEDGER_COLUMNS) <= set(ledger.columns)
+    # counts: ledger == rollout log == what the policy actor trained
+    rollouts = read_rollouts(run)
+    assert set(ROLLOUT_COLUMNS) <= set(rollouts.columns)
+    for row in ledger.itertuples():
+        rows = rollouts[rollouts["step"] == row.step]
+        assert len(rows) == row.prompts_rolled_out
+        assert int(rows["kept"].sum()) == row.groups_kept <= BATCH  # never padded with dropped groups
+        assert row.groups_kept + row.groups_replayed <= BATCH
+        assert row.samples == N * (row.prompts_rolled_out + row.prompts_probed)
+        assert row.generated_tokens >= sum(sum(t) for t in rows["response_tokens"])
+        assert row.responses_kept == N * row.groups_kept
+        if selector == "uniform":
+            assert row.prompts_rolled_out == row.groups_kept == BATCH and row.gen_rounds == 1
+        if selector in ("dapo", "greso", "hive"):  # dynamic sampling keeps informative groups only
+            kept = rows[rows["kept"]]
+            assert all(max(r) > min(r) for r in kept["rewards"])
+        if selector.startswith("lze"):
+            assert row.gen_rounds == 1  # one rollout, the update shrinks
+    if selector in ("hive", "astral"):  # entropies / embeddings from the policy actor, booked
+        assert (ledger["flops_select"] > 0).any()
+    if selector == "astral":  # round 1 (step mu = 2) replays stored groups
+        assert ledger["groups_replayed"].iloc[2] > 0 and ledger["prompts_probed"].iloc[0] > 0
+    # what OpenRLHF delivered to the policy actor: whole micro-batches of the trimmed update, every PPO epoch
+    trained = [json.loads(line) for line in (run / "openrlhf" / "policy_log.jsonl").read_text().splitlines()]
+    updating = ledger[ledger["trained_tokens"] > 0]
+    assert [t["update"] for t in trained] == list(range(1, len(updating) + 1))
+    for row, update in zip(updating.itertuples(), trained):
+        replayed = row.groups_replayed * N  # unit 2 may trim them too: at most one response less in all
+        assert row.responses_trained + replayed - 1 <= update["samples"] <= row.responses_trained + replayed
+        assert update["samples"] % MICRO == 0 and update["epochs"] == EPOCHS
+        assert update["micro_batches"] == [MICRO] * (update["samples"] // MICRO) * EPOCHS
+        assert row.trained_tokens == update["tokens"] > 0
+        assert update["recentred"] == (selector == "astral")  # replay re-centres every sample, nothing else does
+    for step in range(1, STEPS + 1):
+        if step == STEPS or ledger["trained_tokens"].iloc[step - 1] > 0:
+            assert (checkpoint_dir(run, step) / "COMPLETE").exists()
+            assert (checkpoint_dir(run, step) / "config.json").exists()
+    # the weights changed
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    before = AutoModelForCausalLM.from_pretrained(model).state_dict()
+    after = AutoModelForCausalLM.from_pretrained(checkpoint_dir(run, STEPS)).state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    return ledger, trained

@@ -11,14 +11,23 @@ name, so the test puts `tests/openrlhf_cpu` on every process's PYTHONPATH.
 from __future__ import annotations
 
 
-def install(policy: str = "standin") -> None:
-    """`policy`: "standin" (policy.py, no DeepSpeed) or "deepspeed" (ds_policy.py, OpenRLHF's real actor)."""
+def install(policy: str = "standin", engine: str = "standin") -> None:
+    """`policy`: "standin" (policy.py, no DeepSpeed) or "deepspeed" (ds_policy.py, OpenRLHF's real actor);
+    `engine`: "standin" (engine.py, transformers) or "vllm" (OpenRLHF's own engines on vLLM's CPU build,
+    vllm_cpu.py)."""
     import openrlhf.trainer.ray as ray_pkg
     import openrlhf.trainer.ray.ppo_actor as ppo_actor
 
-    from lze_cpu_standins.engine import create_cpu_engines
+    if engine == "vllm":
+        from lze_cpu_standins.vllm_cpu import install as install_vllm
 
-    ray_pkg.create_vllm_engines = create_cpu_engines
+        install_vllm()
+    elif engine == "standin":
+        from lze_cpu_standins.engine import create_cpu_engines
+
+        ray_pkg.create_vllm_engines = create_cpu_engines
+    else:
+        raise ValueError(f"unknown test engine {engine!r} (standin or vllm)")
     if policy == "deepspeed":
         from lze_cpu_standins.ds_policy import DeepSpeedCpuPolicyActor
 
