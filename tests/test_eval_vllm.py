@@ -142,8 +142,10 @@ def _eval(overrides):
     return run_eval(compose("eval", overrides), show=False)
 
 
+# eval.min_answer_tokens=0: the tiny checkpoint's 64-token context is shorter than the benchmarks' prompts, which
+# math_suite refuses (256 tokens of room for the answer) for a real model
 VLLM = ["generation.backend=vllm", "device=cuda", "eval.benchmarks=[gsm8k,math500]", "eval.max_new_tokens=8",
-        "grading.workers=1"]
+        "grading.workers=1", "eval.min_answer_tokens=0"]
 
 
 def test_vllm_engine_is_sized_by_config_and_shut_down_before_the_next_checkpoint(fake_vllm, tiny_checkpoint, tmp_path):
@@ -433,7 +435,7 @@ def test_real_vllm_eval_command_reproduces_samples_and_records_dtype(real_vllm, 
     command = [sys.executable, "-m", "lze_bench.cli", "eval", f"run={run}", f"data.root={_data_root(tmp_path)}",
                "generation.backend=vllm", "device=cpu", "generation.enforce_eager=true", "eval.benchmarks=[gsm8k]",
                "eval.max_new_tokens=12", "eval.temperature=1.0", "eval.n_samples=3", "eval.ks=[1,3]",
-               "eval.seeds=[0,1]", "grading.workers=1"]
+               "eval.seeds=[0,1]", "grading.workers=1", "eval.min_answer_tokens=0"]  # a 96-token context
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert _engine_processes(f"LZE_TEST_VLLM_MARKER={marker}") == []
