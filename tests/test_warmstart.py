@@ -123,6 +123,7 @@ def test_shipping_other_weights_over_a_shipped_recipe_is_refused(tmp_path, store
     assert result.exit_code == 2 and "already shipped with other weights" in result.output
 
 
+@pytest.mark.slow  # two rebuilds in fresh processes (about 40 s): .ci/run runs it
 def test_warmstart_check_rebuilds_and_says_whether_the_weights_match(tmp_path, store):
     ok(train(tmp_path / "built", tmp_path / "cache_a", "trainer.steps=1"))
     key = warmstart_of(tmp_path / "built")["recipe_key"]
