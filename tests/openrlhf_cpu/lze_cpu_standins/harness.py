@@ -37,15 +37,29 @@ def stub_path() -> str | None:
         return None
     if len(missing) == 2:
         return str(STUBS)
+    import hashlib
     import tempfile
 
-    folder = Path(tempfile.gettempdir()) / f"lze_stubs_{'_'.join(missing)}_{os.getuid()}"
+    # Keyed on this checkout's path: a folder left in /tmp by another clone (a CI machine reuses /tmp) holds links
+    # to a tree that may be gone, and os.path.exists is False for such a dangling link.
+    checkout = hashlib.sha256(str(STUBS).encode()).hexdigest()[:12]
+    folder = Path(tempfile.gettempdir()) / f"lze_stubs_{'_'.join(missing)}_{os.getuid()}_{checkout}"
     folder.mkdir(exist_ok=True)
     for name in missing:
-        link = folder / name
-        if not link.exists():
-            link.symlink_to(STUBS / name, target_is_directory=True)
+        _link(folder / name, STUBS / name)
     return str(folder)
+
+
+def _link(link: Path, target: Path) -> None:
+    """Point `link` at `target`, replacing a stale or dangling link; atomic (os.replace), so two test processes
+    making the same link at once both succeed."""
+    if link.is_symlink() and os.readlink(link) == str(target):
+        return
+    fresh = link.with_name(f".{link.name}.{os.getpid()}")
+    if fresh.is_symlink():
+        fresh.unlink()
+    fresh.symlink_to(target, target_is_directory=True)
+    os.replace(fresh, link)
 
 
 def child_env(engine: str = "standin", **extra) -> dict:
