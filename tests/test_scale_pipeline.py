@@ -4,11 +4,14 @@ budget -> `lze-bench eval sweep_dir=` -> `lze-bench report`, per benchmark.
 * The sweep: 2 selectors (uniform, lze) x 2 seeds, `trainer.flop_budget` with `trainer.steps` only a cap, an HF
   checkpoint at every `trainer.checkpoint_every_flops` and after the last step, submitted through submitit's
   local executor exactly as `lze-bench sweep` does. Each job is `lze-bench train backend=openrlhf`: our entry
-  module under OpenRLHF 0.11.2's real controller loop on a private Ray cluster, with the CPU stand-ins of
-  tests/openrlhf_cpu (a transformers "vLLM" engine, a torch policy actor) put in place by
+  module under OpenRLHF 0.11.2's real controller loop on a private Ray cluster, rolling out with OpenRLHF's own
+  vLLM engines on vLLM's CPU build, with the torch policy actor of tests/openrlhf_cpu put in place by
   `backend.driver_wrapper` (the driver runs under tests/openrlhf_cpu/run_entry.py).
 * The evals: every checkpoint of every run (and each run's initial policy) on a 2-benchmark suite with `limit`,
-  HF generation on the tiny checkpoints, submitit's local executor (`launcher=local`).
+  `generation.backend=vllm` (the real engine, one per checkpoint), submitit's local executor (`launcher=local`).
+
+Where vLLM's CPU build is not installed (CI requires it: LZE_BENCH_REQUIRE_VLLM=1) the same pipeline runs with
+the transformers stand-in engine and HF generation.
 * The report: Table 1 and Table 2 have one row per benchmark and selector with paired intervals over the seeds;
   every run stopped on the budget, and each eval point sits at its checkpoint's FLOPs.
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +41,14 @@ from lze_cpu_standins.harness import PROBLEM  # noqa: E402
 sys.path.remove(str(STANDINS))
 pytestmark = harness.slow_openrlhf_marks()
 
+VLLM_ERROR = harness.vllm_cpu_error()
+if VLLM_ERROR and os.environ.get("LZE_BENCH_REQUIRE_VLLM") == "1":
+    raise RuntimeError(f"LZE_BENCH_REQUIRE_VLLM=1 but vLLM's CPU build is missing ({VLLM_ERROR})")
+ENGINE = "standin" if VLLM_ERROR else "vllm"
+# the real engine in the evals: eager (no compile cache), float32 as the HF path
+GENERATION = (["generation.backend=vllm", "device=cpu", "generation.enforce_eager=true",
+               "generation.dtype=float32"]
+              if ENGINE == "vllm" else [])
 SELECTORS, SEEDS, BENCHMARKS = ["uniform", "lze"], [0, 1], ["gsm8k", "math500"]
 BATCH, N, MICRO, CAP = 2, 3, 1, 10
 
@@ -89,12 +101,15 @@ def test_budgeted_openrlhf_sweep_then_eval_sweep_then_report_per_benchmark(tmp_p
     from lze_bench.rundir import list_checkpoints
     from lze_bench.sweep.manifest import load_manifest
 
-    with harness.tiny_world(tmp_path) as world:
+    hidden = 64 if ENGINE == "vllm" else 32  # vLLM's CPU attention needs head_dim >= 32
+    with harness.tiny_world(tmp_path, hidden_size=hidden, engine=ENGINE) as world:
         model, budget = world["model"], 2.5 * step_flops(world["model"])
-        env = harness.child_env(LZE_RAY_ADDRESS=world["cluster"].address, COLUMNS="200")
+        env = harness.child_env(ENGINE, LZE_RAY_ADDRESS=world["cluster"].address, COLUMNS="200",
+                                **{harness.ENV_ENGINE: ENGINE})
         sweep_dir = tmp_path / "sweep"
         overrides = harness.overrides(model, world["data"], "uniform", tmp_path / "unused", steps=CAP, batch=BATCH,
-                                      n=N, micro=MICRO, checkpoint_every=0)
+                                      n=N, micro=MICRO, checkpoint_every=0,
+                                      extra=harness.VLLM_CPU_OVERRIDES if ENGINE == "vllm" else ())
         overrides = [o for o in overrides if not o.startswith(("selector=", "seed=", "run_dir="))]
         cli(["sweep", f"selector={','.join(SELECTORS)}", f"seed={','.join(map(str, SEEDS))}", *overrides,
              f"trainer.flop_budget={budget!r}", f"trainer.checkpoint_every_flops={budget / 2.2!r}",
@@ -116,12 +131,14 @@ def test_budgeted_openrlhf_sweep_then_eval_sweep_then_report_per_benchmark(tmp_p
 
     (tmp_path / "two.yaml").write_text(suite_yaml())
     evaluated = cli(["eval", f"sweep_dir={sweep_dir}", f"eval={tmp_path / 'two.yaml'}",
-                     f"data.root={write_benchmarks(tmp_path / 'bench')}", "limit=4", "grading.workers=1", "poll_s=2"],
-                    harness.child_env(COLUMNS="200"))
+                     f"data.root={write_benchmarks(tmp_path / 'bench')}", "limit=4", "grading.workers=1", "poll_s=2",
+                     *GENERATION], harness.child_env(ENGINE, COLUMNS="200"))
     status = cli(["sweep", "status", str(sweep_dir)], harness.child_env(COLUMNS="200"))
     assert "evals eval-two" in status.stdout and "4 done" in status.stdout, evaluated.stdout
     for run in runs.values():  # the initial policy and every checkpoint, on both benchmarks, at its FLOPs
         ledger, evals = read_ledger(run), read_evals(run)
+        if ENGINE == "vllm":  # the real engine generated every answer, at the precision asked for
+            assert (evals["generation_backend"] == "vllm").all() and (evals["dtype"] == "float32").all()
         saved = [step for step, _ in list_checkpoints(run)]
         assert sorted(set(evals["step"])) == [0, *saved] and set(evals["benchmark"]) == set(BENCHMARKS)
         for _, row in evals.iterrows():

@@ -17,7 +17,7 @@ from pathlib import Path
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import BENCH_COMMANDS
 
-BENCH_MODULES = ("selectors", "grading", "train", "generation")
+BENCH_MODULES = ("selectors", "grading", "train", "generation", "overhead")
 
 
 @dataclass

@@ -14,6 +14,11 @@ LZE_TEST_POLICY: "standin", the default, or "deepspeed" for OpenRLHF's real
 policy actor on DeepSpeed; env LZE_TEST_ENGINE: "standin", the default, or
 "vllm" for OpenRLHF's own engines on vLLM's CPU build). tests/stubs (import stubs of vllm/flash_attn)
 must be on PYTHONPATH when the real packages are missing; the test sets that up.
+
+A third form runs OpenRLHF's own CLI with the same stand-ins, for `lze-bench bench overhead` (plain OpenRLHF
+against lze-bench with the same flags):
+
+    python tests/openrlhf_cpu/run_entry.py PYTHON -m openrlhf.cli.train_ppo_ray FLAGS...
 """
 
 import os
@@ -26,10 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lze_cpu_standins.install import install  # noqa: E402
 
 ENTRY = "lze_bench.backends.openrlhf.entry"
+OPENRLHF_CLI = "openrlhf.cli.train_ppo_ray"
 
 args = sys.argv[1:]
-if ENTRY in args and args[args.index(ENTRY) - 1] == "-m":  # the whole driver command: drop PYTHON -m ENTRY
-    args = args[args.index(ENTRY) + 1:]
+module = ENTRY
+for name in (ENTRY, OPENRLHF_CLI):
+    if name in args and args[args.index(name) - 1] == "-m":  # the whole driver command: drop PYTHON -m MODULE
+        module, args = name, args[args.index(name) + 1:]
 install(os.environ.get("LZE_TEST_POLICY", "standin"), os.environ.get("LZE_TEST_ENGINE", "standin"))
-sys.argv = [ENTRY, *args]
-runpy.run_module(ENTRY, run_name="__main__", alter_sys=True)
+sys.argv = [module, *args]
+runpy.run_module(module, run_name="__main__", alter_sys=True)

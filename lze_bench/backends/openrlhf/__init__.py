@@ -88,6 +88,9 @@ class OpenRLHFBackendConfig:
     vllm_enable_sleep: bool = True  # needs colocate_all
     vllm_enforce_eager: bool = False
     vllm_enable_prefix_caching: bool = False
+    # the actor -> engine weight sync (--vllm.sync_backend): "nccl" (with colocate_all, CUDA IPC) on GPUs; "gloo"
+    # broadcasts over gloo instead (no CUDA IPC; OpenRLHF 0.11.2 still builds its sync communicator with NCCL)
+    vllm_sync_backend: str = "nccl"
     # vLLM 0.29.0's batch-invariant mode (VLLM_BATCH_INVARIANT=1 in every Ray actor): on GPUs a seeded rollout
     # then draws the same tokens whatever else the engine batched with it (slower kernels; CUDA only, vLLM's
     # Triton/cuBLAS overrides: README "Reproducible rollouts"). Off, seeds still fix the random draws.

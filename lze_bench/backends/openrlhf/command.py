@@ -123,6 +123,8 @@ def openrlhf_flags(cfg, paths: RunPaths) -> list[str]:
     switch("--vllm.enable_sleep", b.vllm_enable_sleep)
     switch("--vllm.enforce_eager", b.vllm_enforce_eager)
     switch("--vllm.enable_prefix_caching", b.vllm_enable_prefix_caching)
+    if b.vllm_sync_backend != "nccl":  # OpenRLHF's default; left out so GPU commands read as before
+        add("--vllm.sync_backend", b.vllm_sync_backend)
     switch("--train.colocate_all", b.colocate_all)
     add("--ds.zero_stage", b.zero_stage)
     add("--ds.param_dtype", b.param_dtype)
@@ -225,6 +227,9 @@ def check(cfg) -> None:
             f"backend.vllm_tensor_parallel_size: {b.vllm_tensor_parallel_size} must divide the {world} GPUs "
             "(colocated vLLM engines x TP == actor GPUs)"
         )
+    if b.vllm_sync_backend not in ("nccl", "gloo"):
+        raise LzeBenchError(f"backend.vllm_sync_backend: {b.vllm_sync_backend!r} is not an OpenRLHF sync backend; "
+                            "use nccl (GPUs, the default) or gloo")
     if (b.vllm_enable_sleep or b.ds_enable_sleep) and not b.colocate_all:
         raise LzeBenchError("backend.vllm_enable_sleep/ds_enable_sleep: sleep modes need backend.colocate_all=true")
     if b.ds_enable_sleep and b.zero_stage == 0:

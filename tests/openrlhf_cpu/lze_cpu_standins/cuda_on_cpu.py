@@ -10,6 +10,8 @@ answered here in the calling process and nowhere else:
 * `torch.cuda.current_device()` (`ppo_train`, `forward`, `all_reduce`,
   `_optimizer_step_loss_norm`): the CPU device, so tensors stay where they are;
 * `torch.cuda.empty_cache()`: a no-op;
+* `torch.cuda.current_stream()` (the stream `broadcast_to_vllm` hands its sync
+  group): None, which the gloo sync group (vllm_cpu.py) ignores;
 * `init_device_mesh("cuda", ...)` in `setup_distributed`: the same mesh on "cpu";
 * `NaiveReplayBuffer.__init__` builds `torch.device(f"cuda:{current_device()}")`:
   its target device becomes CPU;
@@ -39,6 +41,7 @@ def install() -> None:
     torch.cuda.set_device = lambda *args, **kwargs: None
     torch.cuda.synchronize = lambda *args, **kwargs: None
     torch.cuda.empty_cache = lambda *args, **kwargs: None
+    torch.cuda.current_stream = lambda *args, **kwargs: None
     torch.cuda.current_device = lambda: cpu
     _patch_device_mesh()
     _patch_replay_buffer(cpu)

@@ -6,9 +6,13 @@ Everything that trains is OpenRLHF's and DeepSpeed's own: `DeepspeedStrategy`,
 `save_model`. This subclass adds only what a CPU test needs:
 
 * `__init__` installs cuda_on_cpu (the few CUDA calls OpenRLHF makes);
-* `broadcast_to_vllm`: the weight sync goes to the transformers stand-in
-  engine (engine.py `load_weights`) as a full state dict, gathered from the
-  ZeRO-3 partitions on every rank (OpenRLHF's own sync is NCCL or CUDA IPC);
+* with the transformers stand-in engine (engine.py), `broadcast_to_vllm`
+  sends it a full state dict, gathered from the ZeRO-3 partitions on every
+  rank; with OpenRLHF's real engines on vLLM's CPU build
+  (`DeepSpeedVllmPolicyActor`) the sync is OpenRLHF's own `broadcast_to_vllm`
+  (`--vllm.sync_backend gloo`: no CUDA IPC), with only its sync group made
+  on gloo (vllm_cpu.gloo_sync_group: OpenRLHF builds a NCCL communicator
+  whatever the backend says);
 * probes the test reads: `strategy.optimizer_step` is wrapped to record, for
   each micro-batch of a `fit`, DeepSpeed's `global_steps` after the call (an
   optimizer step happened where it grew); `lze_test_state()` returns the full
@@ -33,9 +37,11 @@ import ray
 from openrlhf.trainer.ray.ppo_actor import PolicyModelActor
 
 from lze_cpu_standins.cuda_on_cpu import install
+from lze_cpu_standins.weights import fingerprint
 
 CRASH_FILE = "crash_at_update"
 POLICY_LOG = "policy_log.jsonl"
+ENGINE_SYNC_LOG = "engine_sync.jsonl"  # DeepSpeedVllmPolicyActor: one line per OpenRLHF broadcast
 
 
 class _DeepSpeedCpuPolicyActor(PolicyModelActor.__ray_actor_class__):
@@ -78,7 +84,7 @@ class _DeepSpeedCpuPolicyActor(PolicyModelActor.__ray_actor_class__):
         record = {"update": self.lze_updates, "rank": rank, "samples": samples,
                   "micro_batches": [micro] * (len(self._lze_micro)), "tokens": tokens * epochs, "epochs": epochs,
                   "recentred": recentred, "global_steps_before": before, "global_steps": list(self._lze_micro),
-                  "weights": _fingerprint(self.lze_test_state())}
+                  "weights": fingerprint(self.lze_test_state())}
         self.lze_records.append(record)
         work.mkdir(parents=True, exist_ok=True)
         names = [f"policy_log.rank{rank}.jsonl"] + ([POLICY_LOG] if rank == 0 else [])
@@ -108,14 +114,30 @@ class _DeepSpeedCpuPolicyActor(PolicyModelActor.__ray_actor_class__):
         return list(self.lze_records)
 
 
-def _fingerprint(state: dict) -> str:
-    import hashlib
+class _DeepSpeedVllmPolicyActor(_DeepSpeedCpuPolicyActor):
+    """The same actor syncing OpenRLHF's real vLLM engines through OpenRLHF's own `broadcast_to_vllm`."""
 
-    digest = hashlib.sha256()
-    for name in sorted(state):
-        digest.update(name.encode())
-        digest.update(state[name].numpy().tobytes())
-    return digest.hexdigest()
+    def __init__(self, *args, **kwargs):
+        import openrlhf.trainer.ray.ppo_actor as ppo_actor
+
+        from lze_cpu_standins.vllm_cpu import gloo_sync_group
+
+        # `_init_vllm_sync_group` calls this module global (a PyNccl communicator) for any --vllm.sync_backend
+        ppo_actor.stateless_init_process_group = gloo_sync_group
+        super().__init__(*args, **kwargs)
+
+    def broadcast_to_vllm(self):
+        """OpenRLHF's own sync, then (rank 0) what each engine received and holds, appended to `engine_sync.jsonl`
+        beside `ckpt.path`: the received weights' fingerprint (the test compares it with this update's entry in
+        the policy log) and whether the engine's readable tensors equal them after the reload."""
+        PolicyModelActor.__ray_actor_class__.broadcast_to_vllm(self)
+        if self.strategy.is_rank_0():
+            syncs = ray.get([engine.last_sync.remote() for engine in self.vllm_engines])
+            work = Path(self.strategy.args.ckpt.path).parent
+            work.mkdir(parents=True, exist_ok=True)
+            with open(work / ENGINE_SYNC_LOG, "a") as handle:
+                handle.write(json.dumps({"update": self.lze_updates, "engines": syncs}) + "\n")
 
 
 DeepSpeedCpuPolicyActor = ray.remote(num_gpus=1)(_DeepSpeedCpuPolicyActor)
+DeepSpeedVllmPolicyActor = ray.remote(num_gpus=1)(_DeepSpeedVllmPolicyActor)

@@ -24,8 +24,10 @@ ENV_POLICY = "LZE_TEST_POLICY"  # read by run_entry.py in the driver process
 
 
 ENV_ENGINE = "LZE_TEST_ENGINE"  # read by run_entry.py: "standin" (transformers) or "vllm" (vllm_cpu.py)
-# What OpenRLHF's real engines need in the config on CPU (vllm_cpu.py says why): no sleep mode, eager mode
-VLLM_CPU_OVERRIDES = ("backend.vllm_enable_sleep=false", "backend.vllm_enforce_eager=true")
+# What OpenRLHF's real engines need in the config on CPU (vllm_cpu.py says why): no sleep mode, eager mode, the
+# weight sync broadcast over gloo (with colocate_all, "nccl" means CUDA IPC)
+VLLM_CPU_OVERRIDES = ("backend.vllm_enable_sleep=false", "backend.vllm_enforce_eager=true",
+                      "backend.vllm_sync_backend=gloo")
 
 
 def stub_path() -> str | None:

@@ -29,9 +29,10 @@ def install(policy: str = "standin", engine: str = "standin") -> None:
     else:
         raise ValueError(f"unknown test engine {engine!r} (standin or vllm)")
     if policy == "deepspeed":
-        from lze_cpu_standins.ds_policy import DeepSpeedCpuPolicyActor
+        from lze_cpu_standins.ds_policy import DeepSpeedCpuPolicyActor, DeepSpeedVllmPolicyActor
 
-        ppo_actor.PolicyModelActor = DeepSpeedCpuPolicyActor
+        # with real engines the sync is OpenRLHF's own broadcast_to_vllm (on a gloo group)
+        ppo_actor.PolicyModelActor = DeepSpeedVllmPolicyActor if engine == "vllm" else DeepSpeedCpuPolicyActor
     elif policy == "standin":
         from lze_cpu_standins.policy import CpuPolicyActor
 
