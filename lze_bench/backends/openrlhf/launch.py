@@ -11,7 +11,8 @@
 Outside a job step, the trackers of `logger=[...]` are checked first (package
 installed, a W&B key in the environment unless offline; tracking.preflight).
 Preparing writes config.yaml (resolved config + lze-bench version and commit),
-the prompts JSONL and `openrlhf/command.json` (the argv the job runs); an
+the prompts JSONL (and, for astral's learned head, the raw questions its
+encoder embeds: head.py) and `openrlhf/command.json` (the argv the job runs); an
 existing unfinished run directory is resumed, a finished one is refused.
 """
 
@@ -105,6 +106,10 @@ def prepare(cfg) -> tuple[RunPaths, list[str]]:
     atomic_write_text(paths.config, OmegaConf.to_yaml(OmegaConf.create({**resolved, "lze_bench": meta})))
     if not paths.prompts.exists():
         write_prompts(rows, paths.prompts, cfg.backend.prompt)
+    from lze_bench.backends.openrlhf.head import QUESTIONS_FILE, uses_head, write_questions
+
+    if uses_head(cfg) and not (paths.work / QUESTIONS_FILE).exists():
+        write_questions(rows, paths.work / QUESTIONS_FILE)  # what astral's frozen encoder embeds (head.py)
     atomic_write_json(paths.work / "command.json", {"argv": argv})
     return paths, argv
 
