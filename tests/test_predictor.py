@@ -286,6 +286,8 @@ def test_openrlhf_dry_run_accepts_a_head_of_its_encoder(tmp_path):
                               f"selector.predictor_encoder={encoder}")
     assert result.exit_code == 0, result.output
     assert "lze_bench.backends.openrlhf.entry" in result.output
+    assert f"# astral's learned head {head} (trained elsewhere, checked above): the frozen encoder {encoder}" \
+        in result.output
 
 
 # --- through `lze-bench train` on the local backend (tiny policy, tiny recipe) -----------------------------------

@@ -135,7 +135,8 @@ class ClusterEncoder:
         # again every `chunk` questions (what Encoder.embed does) are the same chunks
         shares = [[i for c in chunks[r::self.dp_size] for i in c] for r in range(self.dp_size)]
         results = list(self.call_actors("lze_encode", encoder=[self.name] * self.dp_size,
-                                        questions=[[questions[i] for i in s] for s in shares]))
+                                        questions=[[questions[i] for i in s] for s in shares],
+                                        chunk=[self.chunk] * self.dp_size))
         if len(results) != self.dp_size:
             raise LzeBenchError(f"lze_encode: {len(results)} results from {self.dp_size} ranks")
         out = np.zeros((len(questions), self.width), dtype=np.float32)
