@@ -276,7 +276,8 @@ def test_astral_checkpoint_head_loads_the_authors_format_and_predicts_as_the_loc
                 "config": {"model_name": encoder, "hidden_size": 16, "num_layers": 3, "scaling": "group_logit_temp",
                            "tau": 1.0, "has_embeddings": True, "method": "residual"}}, path)
     run = tmp_path / "run"
-    extra = ("selector.predictor=checkpoint", f"selector.predictor_path={path}", f"selector.predictor_encoder={encoder}")
+    extra = ("selector.predictor=checkpoint", f"selector.predictor_path={path}",
+             f"selector.predictor_encoder={encoder}")
     ok(run_job(world, "astral", run, extra=extra))
 
     cfg = to_objects(compose("train", overrides(world, "astral", run, extra)))

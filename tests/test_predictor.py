@@ -231,7 +231,8 @@ def test_backend_without_the_head_builder_refuses_a_trained_predictor():
     from lze_bench.config import compose
 
     cfg = compose("train", ["selector=astral", "selector.predictor=trained", "backend=openrlhf"])
-    with pytest.raises(LzeBenchError, match="does not serve ASTRAL's learned head that way .* selector.predictor=checkpoint"):
+    with pytest.raises(LzeBenchError,
+                       match="does not serve ASTRAL's learned head that way .* selector.predictor=checkpoint"):
         run_training(cfg)
 
 

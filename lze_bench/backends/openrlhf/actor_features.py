@@ -112,10 +112,11 @@ class FeatureActorMixin:
         return rows
 
     def lze_encode(self, encoder: str, questions: list[str], chunk: int):
-        """(float32[m, d] embeddings, FLOPs) of raw question texts by ASTRAL's frozen encoder, `chunk` questions per
-        forward (lze_bench.predictor.encoder: the local backend's code, so the same chunks give the same numbers). The encoder is loaded
-        on this rank's device for the call and dropped after: it is not the policy, never trained (eval mode,
-        no grad), and its memory is needed back next to vLLM. A rank given no questions loads nothing."""
+        """(float32[m, d] embeddings, FLOPs) of raw question texts by ASTRAL's frozen encoder, `chunk` questions
+        per forward (lze_bench.predictor.encoder: the local backend's code, so the same chunks give the same
+        numbers). The encoder is loaded on this rank's device for the call and dropped after: it is not the
+        policy, never trained (eval mode, no grad), and its memory is needed back next to vLLM. A rank given no
+        questions loads nothing."""
         import numpy as np
 
         questions = [str(q) for q in questions]

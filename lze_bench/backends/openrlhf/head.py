@@ -107,7 +107,8 @@ class ClusterEncoder:
     `dp_size`: data-parallel ranks, so item r (of dp_size items) runs on rank r.
     """
 
-    def __init__(self, name: str, call_actors: Callable, dp_size: int, width: int | None = None, chunk: int | None = None):
+    def __init__(self, name: str, call_actors: Callable, dp_size: int, width: int | None = None,
+                 chunk: int | None = None):
         from lze_bench.predictor.encoder import CHUNK
 
         self.name = str(name)

@@ -66,9 +66,9 @@ def dry_run(cfg, out=None) -> None:
     from lze_bench.backends.openrlhf.head import uses_head
 
     if uses_head(cfg):
-        out.write(f"# astral's learned head {cfg.selector.predictor_path} (trained elsewhere, checked above): the frozen "
-                  f"encoder {cfg.selector.predictor_encoder} embeds every train prompt on the policy ranks once per "
-                  "start, before the first step; offline compute, in offline_flops.json, not in the ledger\n")
+        out.write(f"# astral's learned head {cfg.selector.predictor_path} (trained elsewhere, checked above): "
+                  f"the frozen encoder {cfg.selector.predictor_encoder} embeds every train prompt on the policy ranks "
+                  "once per start, before the first step; offline compute, in offline_flops.json, not in the ledger\n")
     if cfg.launcher.name == "slurm":
         from lze_bench.backends.openrlhf.script import job_script
 
