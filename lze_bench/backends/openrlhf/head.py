@@ -8,7 +8,7 @@ Only where the encoder runs differs:
 
 * the frozen encoder runs on the policy ranks (`actor_features.lze_encode`):
   loaded there for the call, in eval mode under no_grad, and dropped, so it
-  never trains and its memory goes back before vLLM wakes; its FLOPs (one
+  never trains and its memory is free again before the first rollout; its FLOPs (one
   forward per question, counted on the ranks) and the head's two projections
   are offline compute, recorded in `offline_flops.json` like the local
   backend's, never in a ledger row;
@@ -41,8 +41,9 @@ import numpy as np
 from lze_bench.errors import LzeBenchError
 from lze_bench.rundir import atomic_write_text
 
+from lze_bench.selectors.astral import HEAD_FEATURES
+
 QUESTIONS_FILE = "questions.json"  # in the run's openrlhf/ folder: raw question texts, by prompt id
-HEAD_FEATURES = ("head_query", "head_key", "head_embedding", "head_calibration")
 
 
 def uses_head(cfg) -> bool:
