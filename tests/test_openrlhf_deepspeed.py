@@ -20,8 +20,9 @@ nothing else is replaced.
   step's size with the boundary placed by `StepBatchMixin`, 46-78 % with
   DeepSpeed's lifetime counter placing it (the defect this guards against).
 * hive's and astral's feature passes (prompt and response entropy, mean hidden
-  state) on the ZeRO-3 ranks, through the controller's own dispatch, equal the
-  local backend's values on the same weights.
+  state, and the frozen encoder of astral's learned head) on the ZeRO-3 ranks,
+  through the controller's own dispatch, equal the local backend's values on
+  the same weights.
 * The controller loop (Ray with fake GPUs; OpenRLHF's `PPOTrainer.fit` as
   lze-bench's trainer) for lze on ZeRO-3 and dapo on ZeRO-2, 2 ranks each:
   the ledger matches what each rank trained, one optimizer step per update on
@@ -109,7 +110,8 @@ def feature_asks(model_path: Path) -> dict:
     sequences = [rng.integers(4, vocab, size=int(length)).tolist() for length in (8, 14, 6, 11, 9)]
     starts = [3, 5, 2, 4, 0]
     return {"temperature": T, "prompts": prompts,
-            "responses": {"sequences": sequences, "starts": starts, "ends": [len(s) - 1 for s in sequences]}}
+            "responses": {"sequences": sequences, "starts": starts, "ends": [len(s) - 1 for s in sequences]},
+            "questions": [harness.PROBLEM.format(i=i) + " yes" * (i % 3) for i in range(5)]}
 
 
 def run_fit(world, zero_stage: int, features: bool) -> dict:
@@ -179,6 +181,14 @@ def check_features(world, got: dict) -> None:
             logp = torch.log_softmax(model(input_ids=torch.tensor([seq])).logits[0].float() / T, dim=-1)
             expected.append(float((-(logp.exp() * logp).sum(-1))[start:end].mean()))
     np.testing.assert_allclose(got["response_entropy"], expected, rtol=2e-2, atol=2e-2)
+    # the frozen encoder is loaded as saved (float32), not the ranks' bf16 policy: the local numbers, same chunks
+    from lze_bench.predictor.encoder import Encoder
+
+    torch.set_num_threads(1)  # as in the ranks
+    embeddings, flops = got["encoder"]
+    want, want_flops = Encoder.load(str(world["model"]), str(world["model"])).embed(asked["questions"], chunk=2)
+    np.testing.assert_allclose(embeddings, want, rtol=0, atol=1e-6)
+    assert flops == want_flops > 0
 
 
 # -- the controller loop ------------------------------------------------------------------------------------------

@@ -263,3 +263,61 @@ def test_a_preempted_run_saves_the_step_in_hand_and_resumes_to_the_unbroken_ledg
     ok(job(preempted))  # the requeued job resumes there
     assert is_done(preempted) and [s for s, _ in list_checkpoints(preempted)] == [saved[0], STEPS]
     pd.testing.assert_frame_equal(read_ledger(preempted)[COMPARED], read_ledger(unbroken)[COMPARED])
+
+
+def test_astral_checkpoint_head_loads_the_authors_format_and_predicts_as_the_local_backend(world, tmp_path):
+    """selector.predictor=checkpoint: a head file in the authors' released layout (their `regressor.*` keys beside
+    other weights, their config naming the encoder), a frozen encoder that is not the policy (another width). The
+    run embeds the raw questions with it on the policy actor; every round's prediction equals the local backend's
+    head features (serve_head, Encoder.embed) on the same encoder and questions; the encoder's passes are offline
+    compute (offline_flops.json), never a step's."""
+    import numpy as np
+    import torch
+
+    from lze_bench.config import compose, to_objects
+    from lze_bench.ledger import read_ledger
+    from lze_bench.predictor.encoder import Encoder
+    from lze_bench.predictor.features import serve_head
+    from lze_bench.predictor.head import DifficultyHead
+    from lze_bench.registry import TASKS
+    from lze_bench.rundir import selector_state_path
+    from lze_bench.selectors.astral_predict import head_predict
+    from lze_bench.selectors.base import load_state
+
+    from lze_cpu_standins.fixtures import save_tiny_policy
+
+    encoder = str(save_tiny_policy(tmp_path / "encoder", [harness.PROBLEM.format(i=0)], steps=1, hidden_size=24))
+    torch.manual_seed(5)
+    head = DifficultyHead(24, 16, 3)
+    with torch.no_grad():
+        for p in head.parameters():  # LayerNorm defaults are 1/0: perturb everything so every weight matters
+            p.add_(0.3 * torch.randn_like(p))
+    path = tmp_path / "adaptive_difficulty_prediction_model_tiny.pt"
+    torch.save({"model_state_dict": {**head.state_dict(), "encoder.embed_tokens.weight": torch.zeros(3, 24)},
+                "config": {"model_name": encoder, "hidden_size": 16, "num_layers": 3, "scaling": "group_logit_temp",
+                           "tau": 1.0, "has_embeddings": True, "method": "residual"}}, path)
+    run = tmp_path / "run"
+    extra = ("selector.predictor=checkpoint", f"selector.predictor_path={path}",
+             f"selector.predictor_encoder={encoder}")
+    ok(run_job(world, "astral", run, extra=extra))
+
+    cfg = to_objects(compose("train", overrides(world, "astral", run, extra)))
+    questions = [r["problem"] for r in TASKS[cfg.task.name].load(cfg.task, str(world["data"]))]
+    torch.set_num_threads(1)  # as in the Ray actors
+    local = serve_head(path, Encoder.load(encoder, encoder), questions, None, tmp_path / "local", "checkpoint", {})
+    ids = np.arange(len(questions))
+    query, key, calibration = local("head_query", ids), local("head_key", ids), local("head_calibration", ids[:0])
+    for steps_done in (1, 3):  # round 0 (steps 0-1) and round 1 (step 2): each its own reference set
+        state = load_state(selector_state_path(run, steps_done))
+        ref = np.asarray(state["ref_ids"], dtype=np.int64)
+        expected = head_predict(query, key[ref], state["y_ref"], calibration, query[ref])[1]
+        assert np.isfinite(state["p_hat"]).all()  # every prompt predicted by the round's draw
+        np.testing.assert_allclose(state["p_hat"], expected, rtol=0, atol=1e-6)
+    record = json.loads((run / "offline_flops.json").read_text())
+    assert record["predictor"] == "checkpoint" and record["encoder"] == encoder and record["head"] == str(path)
+    assert record["flops"]["labeling"] is None and record["flops"]["training"] is None
+    assert record["flops"] == json.loads((tmp_path / "local" / "offline_flops.json").read_text())["flops"]
+    assert record["flops"]["encoder"] > 0
+    ledger = read_ledger(run)
+    assert ledger["astral_pred_mae"].notna().all() and ledger["astral_kernel_mae"].notna().all()
+    assert int(ledger["flops_select"].sum()) == 0  # the encoder's passes are offline compute, not a step's

@@ -485,3 +485,36 @@ def test_long_and_short_micro_batches_are_dealt_over_the_ranks(model, flop_model
     short, long_ = tokens_per_rank[0]
     assert abs(short - long_) <= 23 + 3  # interleaved: within one long and one short micro-batch of each other
     np.testing.assert_allclose(got, [direct_entropy(model, s, 0, len(s), T) for s in seqs], atol=1e-5)
+
+
+# -- ASTRAL's frozen encoder for the learned head (head.ClusterEncoder + FeatureActorMixin.lze_encode) --
+
+
+@pytest.mark.parametrize("dp_size,chunk", [(1, 128), (2, 3), (3, 2), (4, 5)])
+def test_encoder_on_the_ranks_equals_the_local_encoder(model, tmp_path, dp_size, chunk):
+    """Chunk c of the questions runs on rank c mod dp, each rank loading the frozen encoder (not its policy) for
+    the call: the embeddings and the FLOPs are exactly the local backend's Encoder.embed with the same chunks,
+    whatever the number of ranks (ranks left without a chunk load nothing)."""
+    sys.path.insert(0, str(TESTS / "openrlhf_cpu"))
+    try:
+        from lze_cpu_standins.fixtures import save_tiny_policy
+    finally:
+        sys.path.remove(str(TESTS / "openrlhf_cpu"))
+    from lze_bench.backends.openrlhf.head import ClusterEncoder
+    from lze_bench.predictor.encoder import Encoder
+
+    encoder = str(save_tiny_policy(tmp_path / "encoder", ["Is 1 odd?"], steps=1, hidden_size=24))
+    questions = [f"Is {i} odd? Reply 1 for yes, 0 for no." + " really" * (i % 4) for i in range(11)]
+    loads = []
+    real_load = Encoder.load
+
+    def counted_load(name, path, device="cpu"):
+        loads.append(str(path))
+        return real_load(name, path, device)
+
+    with mock.patch.object(Encoder, "load", counted_load):
+        got, flops = ClusterEncoder(encoder, Dispatch(model, dp_size), dp_size, chunk=chunk).embed(questions)
+    want, want_flops = Encoder.load(encoder, encoder).embed(questions, chunk=chunk)
+    np.testing.assert_array_equal(got, want)
+    assert flops == want_flops > 0 and got.shape == (11, 24)
+    assert loads == [encoder] * min(dp_size, -(-len(questions) // chunk))  # once per rank that has questions

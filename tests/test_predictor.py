@@ -226,13 +226,69 @@ def test_predictor_config_errors_are_one_line(overrides, match):
         to_objects(compose("train", ["selector=astral", *overrides]))
 
 
-def test_backend_without_the_head_refuses_a_learned_predictor():
+def test_backend_without_the_head_builder_refuses_a_trained_predictor():
     from lze_bench.backends import run_training
     from lze_bench.config import compose
 
     cfg = compose("train", ["selector=astral", "selector.predictor=trained", "backend=openrlhf"])
-    with pytest.raises(LzeBenchError, match="does not serve ASTRAL's learned head"):
+    with pytest.raises(LzeBenchError,
+                       match="does not serve ASTRAL's learned head that way .* selector.predictor=checkpoint"):
         run_training(cfg)
+
+
+# --- backend=openrlhf: refusals before a cluster starts (`train --dry-run` runs the same checks) -------------------
+
+
+def openrlhf_dry_run(tmp_path, *extra):
+    from typer.testing import CliRunner
+
+    from lze_bench.cli import app
+
+    overrides = ["backend=openrlhf", "model=Qwen/Qwen2.5-Math-1.5B", "backend.gpus_per_node=1", "selector=astral",
+                 f"run_dir={tmp_path / 'run'}", *extra]
+    return CliRunner().invoke(app, ["train", *overrides, "--dry-run"])
+
+
+def tiny_encoder_config(path, width: int):
+    """An encoder whose config (all a launch check reads) is on this machine."""
+    from transformers import Qwen2Config
+
+    Qwen2Config(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, vocab_size=64).save_pretrained(path)
+    return str(path)
+
+
+def test_openrlhf_refuses_a_head_it_cannot_serve_in_one_line(tmp_path):
+    from tests.test_train_local import one_error_line
+
+    line = one_error_line(openrlhf_dry_run(tmp_path, "selector.predictor=trained"))
+    assert "selector.predictor=trained: backend=openrlhf does not serve" in line and "predictor=checkpoint" in line
+    missing = tmp_path / "nowhere" / "head.pt"
+    line = one_error_line(openrlhf_dry_run(tmp_path, "selector.predictor=checkpoint",
+                                           f"selector.predictor_path={missing}", "selector.predictor_encoder=enc-a"))
+    assert f"selector.predictor_path={str(missing)!r}: no such file" in line
+    head = save_head(random_head(), tmp_path / "head.pt", encoder="enc-a")
+    line = one_error_line(openrlhf_dry_run(tmp_path, "selector.predictor=checkpoint", f"selector.predictor_path={head}",
+                                           "selector.predictor_encoder=enc-b"))
+    assert "trained on embeddings of 'enc-a', not 'enc-b'; set selector.predictor_encoder=enc-a" in line
+    # a head file that names no encoder (a bare released state dict): the width of an encoder found here is checked
+    encoder = tiny_encoder_config(tmp_path / "encoder", 16)
+    torch.save({"model_state_dict": random_head(d=12).state_dict()}, tmp_path / "bare.pt")
+    line = one_error_line(openrlhf_dry_run(tmp_path, "selector.predictor=checkpoint",
+                                           f"selector.predictor_path={tmp_path / 'bare.pt'}",
+                                           f"selector.predictor_encoder={encoder}"))
+    assert f"takes 12-dim embeddings, but encoder '{encoder}' gives 16" in line
+
+
+def test_openrlhf_dry_run_accepts_a_head_of_its_encoder(tmp_path):
+    encoder = tiny_encoder_config(tmp_path / "encoder", 12)
+    head = save_head(random_head(d=12), tmp_path / "head.pt", encoder=encoder)
+    result = openrlhf_dry_run(tmp_path, "selector.predictor=checkpoint", f"selector.predictor_path={head}",
+                              f"selector.predictor_encoder={encoder}")
+    assert result.exit_code == 0, result.output
+    assert "lze_bench.backends.openrlhf.entry" in result.output
+    assert f"# astral's learned head {head} (trained elsewhere, checked above): the frozen encoder {encoder}" \
+        in result.output
 
 
 # --- through `lze-bench train` on the local backend (tiny policy, tiny recipe) -----------------------------------

@@ -32,7 +32,11 @@ def run_training(cfg):
                 raise LzeBenchError(f"trainer.{key}: backend={cfg.backend.name} does not honour it yet; "
                                     f"drop it and bound the run with trainer.steps")
     predictor = cfg.selector.get("predictor", "kernel")
-    if predictor != "kernel" and not getattr(backend, "serves_astral_head", False):
+    served = tuple(getattr(backend, "astral_predictors", ("kernel",)))
+    if predictor not in served:
         raise LzeBenchError(f"selector.predictor={predictor}: backend={cfg.backend.name} does not serve ASTRAL's "
-                            "learned head yet (backend=local does); use selector.predictor=kernel")
+                            f"learned head that way (it serves {', '.join(served)}; backend=local serves all); "
+                            + ("pass a trained head with selector.predictor=checkpoint selector.predictor_path=HEAD.pt "
+                               "selector.predictor_encoder=ENCODER, or " if "checkpoint" in served else "")
+                            + "use selector.predictor=kernel")
     return backend.train(cfg)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+CHUNK = 128  # questions per forward; a backend that splits the questions keeps these chunks (same padding)
+
 
 @dataclass
 class Encoder:
@@ -50,7 +52,7 @@ class Encoder:
     def width(self) -> int:
         return int(self.model.config.hidden_size)
 
-    def embed(self, questions: list[str], chunk: int = 128) -> tuple[np.ndarray, int]:
+    def embed(self, questions: list[str], chunk: int = CHUNK) -> tuple[np.ndarray, int]:
         """(float32[m, d] embeddings, FLOPs spent) of raw question texts."""
         import torch
 

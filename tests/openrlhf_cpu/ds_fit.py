@@ -172,9 +172,16 @@ def _features(group, config: dict, run_dir: Path) -> dict:
                           asked["temperature"], run_dir, len(prompts), dp_size=2, micro_batch_size=2)
     ids = np.arange(len(prompts))
     responses = asked["responses"]
+    # astral's learned head: a frozen encoder (here a fresh copy of the initial weights) loaded on the ZeRO-3
+    # ranks for the call, in chunks of 2 questions dealt over both ranks (head.ClusterEncoder)
+    from lze_bench.backends.openrlhf.head import ClusterEncoder
+
+    encoder = ClusterEncoder(config["model"], lambda method, **lists: call_ranks(group, method, 1, **lists), 2,
+                             chunk=2)
     return {"prompt_entropy": feats("prompt_entropy", ids), "prompt_embedding": feats("prompt_embedding", ids),
             "response_entropy": feats.response_entropy(responses["sequences"], responses["starts"],
-                                                       responses["ends"])}
+                                                       responses["ends"]),
+            "encoder": encoder.embed(asked["questions"])}
 
 
 def _experience(data, old_logps):

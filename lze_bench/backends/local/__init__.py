@@ -77,7 +77,7 @@ class LocalBackendConfig:
 class LocalBackend:
     Config = LocalBackendConfig
     honours_flop_budget = True  # trainer.py stops on trainer.flop_budget, evals on trainer.eval_every_flops
-    serves_astral_head = True  # selector.predictor=trained|checkpoint (lze_bench/predictor/features.py)
+    astral_predictors = ("kernel", "trained", "checkpoint")  # selector.predictor values (lze_bench/predictor)
 
     @staticmethod
     def train(cfg):

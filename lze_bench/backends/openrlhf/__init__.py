@@ -19,6 +19,7 @@ Modules, one concern each:
   actor.py       our policy actor: per-step DeepSpeed batch size + the feature passes
   actor_features.py  no-grad entropy / mean-hidden passes run on each policy rank
   features.py    the selector's FeatureFn (hive's entropies, astral's embeddings), booked as flops_select
+  head.py        astral's learned head (predictor=checkpoint): frozen-encoder embeddings on the policy ranks
   accounting.py  ledger rows and FLOPs for the passes OpenRLHF runs
   reward_func.py OpenRLHF's reward hook -> lze_bench.grading in a process pool
   data.py        the prompts JSONL OpenRLHF reads (input + label {id, answer})
@@ -196,6 +197,9 @@ class OpenRLHFBackend:
     # trainer.eval_every_flops is refused (command.check): this backend evaluates checkpoints after training
     honours_flop_budget = True
     trainer_defaults = TRAINER_DEFAULTS
+    # selector.predictor values: a trained ASTRAL head is served from its file (head.py); building one from
+    # labelling models (`trained`) is the local backend's only
+    astral_predictors = ("kernel", "checkpoint")
 
     @staticmethod
     def train(cfg):

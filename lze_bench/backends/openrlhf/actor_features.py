@@ -21,6 +21,10 @@ and rollout.py `_sample`), computed the same way:
 - `lze_mean_hidden`: per sequence, the mean over token positions `[start, end)`
   of the last hidden state (`output_hidden_states[-1]`, as HF returns it, after
   the final norm), float32.
+- `lze_encode`: ASTRAL's learned head reads embeddings of another, frozen model
+  (selector.predictor_encoder): it is loaded on the rank for the call, runs the
+  local backend's `Encoder.embed` on raw question texts, and is dropped
+  (head.py on the controller side).
 
 Mechanics: right-padded micro-batches of `args.rollout.micro_batch_size`
 (fallback 8) rows with an attention mask (right padding leaves every real
@@ -106,6 +110,31 @@ class FeatureActorMixin:
             mean = (last * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
             rows.extend(mean.cpu().tolist())
         return rows
+
+    def lze_encode(self, encoder: str, questions: list[str], chunk: int):
+        """(float32[m, d] embeddings, FLOPs) of raw question texts by ASTRAL's frozen encoder, `chunk` questions
+        per forward (lze_bench.predictor.encoder: the local backend's code, so the same chunks give the same
+        numbers). The encoder is loaded on this rank's device for the call and dropped after: it is not the
+        policy, never trained (eval mode, no grad), and its memory is needed back next to vLLM. A rank given no
+        questions loads nothing."""
+        import numpy as np
+
+        questions = [str(q) for q in questions]
+        if not questions:
+            return np.zeros((0, 0), dtype=np.float32), 0
+        import torch
+
+        from lze_bench.predictor.encoder import Encoder
+
+        model = self._lze_model()
+        device = next(getattr(model, "module", model).parameters()).device
+        frozen = Encoder.load(str(encoder), str(encoder), device)
+        try:
+            return frozen.embed(questions, chunk=int(chunk))
+        finally:
+            del frozen
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
 
     def _lze_forwards(self, sequences, starts, ends):
         """Per micro-batch: (last hidden states[B, W', d], float32 mask[B, W] of the asked positions, the head),

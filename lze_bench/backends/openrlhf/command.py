@@ -17,7 +17,10 @@ Invariants checked here, each a one-line LzeBenchError naming the key:
   agent function (the reward must be ours), dynamic batching (our per-step
   accumulation window, actor.py, is the batch), OpenRLHF's own trackers
   (`--logger.wandb.*`, `--logger.tensorboard_dir`: `logger=[...]` replaces
-  them, lze_bench.tracking), and any flag we already set.
+  them, lze_bench.tracking), and any flag we already set;
+* astral's learned head (head.check_head): `predictor=trained` is refused, a
+  `predictor=checkpoint` head file must exist, be an ASTRAL head and record
+  `selector.predictor_encoder` as its encoder.
 """
 
 from __future__ import annotations
@@ -279,6 +282,9 @@ def _check_selector(cfg) -> None:
     name = cfg.selector.name
     if name not in SELECTORS:
         raise LzeBenchError(f"selector={name} is not registered; see `lze-bench selectors`")
+    from lze_bench.backends.openrlhf.head import check_head
+
+    check_head(cfg)  # astral's learned head: the file, its format, its encoder (one line each)
 
 
 def _resolve(flag: str, known) -> list[str]:

@@ -11,7 +11,8 @@
 Outside a job step, the trackers of `logger=[...]` are checked first (package
 installed, a W&B key in the environment unless offline; tracking.preflight).
 Preparing writes config.yaml (resolved config + lze-bench version and commit),
-the prompts JSONL and `openrlhf/command.json` (the argv the job runs); an
+the prompts JSONL (and, for astral's learned head, the raw questions its
+encoder embeds: head.py) and `openrlhf/command.json` (the argv the job runs); an
 existing unfinished run directory is resumed, a finished one is refused.
 """
 
@@ -62,6 +63,12 @@ def dry_run(cfg, out=None) -> None:
     from lze_bench.budget import compute_plan
 
     out.write(f"# {compute_plan(cfg.trainer)}\n")
+    from lze_bench.backends.openrlhf.head import uses_head
+
+    if uses_head(cfg):
+        out.write(f"# astral's learned head {cfg.selector.predictor_path} (trained elsewhere, checked above): "
+                  f"the frozen encoder {cfg.selector.predictor_encoder} embeds every train prompt on the policy ranks "
+                  "once per start, before the first step; offline compute, in offline_flops.json, not in the ledger\n")
     if cfg.launcher.name == "slurm":
         from lze_bench.backends.openrlhf.script import job_script
 
@@ -105,6 +112,10 @@ def prepare(cfg) -> tuple[RunPaths, list[str]]:
     atomic_write_text(paths.config, OmegaConf.to_yaml(OmegaConf.create({**resolved, "lze_bench": meta})))
     if not paths.prompts.exists():
         write_prompts(rows, paths.prompts, cfg.backend.prompt)
+    from lze_bench.backends.openrlhf.head import QUESTIONS_FILE, uses_head, write_questions
+
+    if uses_head(cfg) and not (paths.work / QUESTIONS_FILE).exists():
+        write_questions(rows, paths.work / QUESTIONS_FILE)  # what astral's frozen encoder embeds (head.py)
     atomic_write_json(paths.work / "command.json", {"argv": argv})
     return paths, argv
 

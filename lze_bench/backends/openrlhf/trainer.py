@@ -13,6 +13,8 @@ with `ray.remote` (entry.py installs it). Overrides, each calling OpenRLHF's own
 * `init_checkpoint_states`: after OpenRLHF restores its checkpoint, restore the
   data order, step and selector state (resume, requeue); an empty state (the
   actors found nothing loadable) is a fresh start, not OpenRLHF's KeyError;
+  then, for astral's learned head, embed the prompts with the frozen encoder
+  (head.py): the models are loaded by then and no step has started;
 * `save_logs_and_checkpoints`: once per trained step, write the ledger and
   rollout rows (lze_bench.ledger, FLOPs from lze_bench.flops) and let OpenRLHF
   log; the checkpoint is ours (OpenRLHF runs with `--ckpt.save_steps -1`):
@@ -84,9 +86,14 @@ class LzePPOTrainer(BasePPOTrainer):
         def prompt_tokens(ids):
             return [tokenizer(dataset.prompts[int(i)], add_special_tokens=False)["input_ids"] for i in ids]
 
-        return ActorFeatures(self._call_actors, prompt_tokens, flops, float(cfg.trainer.temperature),
-                             Path(cfg.run_dir), len(dataset), dp_ranks(self.args),
-                             micro_batch_size=int(self.args.rollout.micro_batch_size))
+        features = ActorFeatures(self._call_actors, prompt_tokens, flops, float(cfg.trainer.temperature),
+                                 Path(cfg.run_dir), len(dataset), dp_ranks(self.args),
+                                 micro_batch_size=int(self.args.rollout.micro_batch_size))
+        from lze_bench.backends.openrlhf.head import head_features, uses_head
+
+        if uses_head(cfg):  # astral's learned head: served at the start of fit (init_checkpoint_states)
+            return head_features(cfg, features, self._call_actors, dp_ranks(self.args), len(dataset))
+        return features
 
     def _call_actors(self, method_name: str, **lists):
         """Run `method_name` on the policy ranks, once per list item, items dealt in order; the per-item
@@ -122,6 +129,9 @@ class LzePPOTrainer(BasePPOTrainer):
     def init_checkpoint_states(self):
         states = super().init_checkpoint_states() or fresh_states()  # {}: the actors loaded nothing
         self.lze.restore(states)
+        serve = getattr(self.lze.features, "serve", None)
+        if serve is not None:  # the models are loaded now and no step has started: embed with the frozen encoder
+            serve()
         self._global_step = int(states.get("global_step", 0) or 0)
         return states
 
