@@ -151,6 +151,7 @@ def test_kl_adds_reference_model_and_kl_loss(tmp_path):
         (["backend.ckpt_max_num=1"], "backend.ckpt_max_num: 1 keeps no loadable checkpoint"),
         (["backend.extra_args=[--train.dynamic_batch_enable]"], "--train.dynamic_batch_enable is not supported"),
         (["backend.extra_args=[--train.dynamic_batch]"], "--train.dynamic_batch (= --train.dynamic_batch_enable)"),
+        (["backend.vllm_sync_backend=mpi"], "backend.vllm_sync_backend: 'mpi' is not an OpenRLHF sync backend"),
     ],
 )
 def test_invariants_fail_with_one_line(tmp_path, extra, message):
@@ -173,6 +174,17 @@ def test_bad_prompt_convention_fails_at_composition_with_one_line(extra, message
     with pytest.raises(LzeBenchError) as info:
         compose("train", recipe_overrides() + extra)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_weight_sync_backend_is_openrlhfs_flag_only_when_not_its_default(tmp_path):
+    """backend.vllm_sync_backend=gloo (no CUDA IPC: what the CPU tests run) becomes --vllm.sync_backend gloo; the
+    default, nccl, leaves OpenRLHF's own default in place and the command as it was."""
+    default = openrlhf_flags(compose("train", recipe_overrides()), RunPaths(tmp_path))
+    assert "--vllm.sync_backend" not in default
+    gloo = openrlhf_flags(compose("train", recipe_overrides(extra=["backend.vllm_sync_backend=gloo"])),
+                          RunPaths(tmp_path))
+    at = gloo.index("--vllm.sync_backend")
+    assert gloo[at + 1] == "gloo" and [f for f in gloo if f != "--vllm.sync_backend" and f != "gloo"] == default
 
 
 def test_extra_args_pass_through_verbatim(tmp_path):
