@@ -50,3 +50,24 @@ def test_bench_generation_measures_transformers_tokens_per_s(tiny_checkpoint, tm
 def test_bench_generation_needs_a_model():
     result = CliRunner().invoke(app, ["bench", "generation"])
     assert result.exit_code == 2 and "pass model=PATH_OR_HF_ID" in result.output
+
+
+def test_bench_overhead_refuses_in_one_line_before_running_anything(tmp_path):
+    """`lze-bench bench overhead` (tests/test_openrlhf_vllm.py runs it on a real CPU job): a missing overrides file,
+    a run that is not backend=openrlhf, too few timed steps and an existing out= are refused, nothing written."""
+    def bench(*args):
+        return CliRunner().invoke(app, ["bench", "overhead", *args])
+
+    result = bench()
+    assert result.exit_code == 2 and "pass overrides=FILE" in result.output
+    result = bench(f"overrides={tmp_path / 'none.yaml'}")
+    assert result.exit_code == 2 and "none.yaml: no such file" in result.output
+    (tmp_path / "local.yaml").write_text("- backend=local\n")
+    result = bench(f"overrides={tmp_path / 'local.yaml'}", f"out={tmp_path / 'out'}")
+    assert result.exit_code == 2 and "must select backend=openrlhf" in result.output
+    result = bench(f"overrides={tmp_path / 'local.yaml'}", "steps=2", "skip=1")
+    assert result.exit_code == 2 and "steps=2 leaves fewer than 2 timed steps" in result.output
+    (tmp_path / "out").mkdir()
+    result = bench(f"overrides={tmp_path / 'local.yaml'}", f"out={tmp_path / 'out'}")
+    assert result.exit_code == 2 and "exists; pass a new out=DIR" in result.output
+    assert list((tmp_path / "out").iterdir()) == []
