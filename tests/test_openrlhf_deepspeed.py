@@ -195,6 +195,19 @@ def check_features(world, got: dict) -> None:
 
 STEPS, BATCH, N, MICRO = 3, 2, 4, 1
 LOOP = [("lze", 3), ("dapo", 2)]
+EVERY_SELECTOR = "LZE_BENCH_EVERY_SELECTOR"  # =1: the loop for every other selector too (ZeRO-2, real engines)
+
+
+def every_loop() -> list:
+    """LOOP, then every other selector the backend runs on ZeRO-2. A run with OpenRLHF's real engines and DeepSpeed
+    policy costs ~100 s on 2 cores, so CI runs LOOP (every selector's loop runs there on real engines with the
+    torch policy actor, tests/test_openrlhf_e2e.py) and these run with LZE_BENCH_EVERY_SELECTOR=1."""
+    from lze_bench.backends.openrlhf.command import runnable_selectors
+
+    skip = pytest.mark.skipif(os.environ.get(EVERY_SELECTOR) != "1",
+                              reason=f"~100 s each; run with {EVERY_SELECTOR}=1")
+    done = {selector for selector, _ in LOOP}
+    return [*LOOP, *(pytest.param(s, 2, marks=skip) for s in runnable_selectors() if s not in done)]
 COMPARED = ["step", "prompts_rolled_out", "groups_kept", "gen_rounds", "samples", "generated_tokens",
             "trained_tokens", "responses_trained", "flops_total", "cum_flops", "partial"]
 
@@ -222,7 +235,7 @@ def rank_logs(run: Path) -> list[list[dict]]:
             for r in range(RANKS)]
 
 
-@pytest.mark.parametrize("selector, zero_stage", LOOP)
+@pytest.mark.parametrize("selector, zero_stage", every_loop())
 def test_controller_loop_on_deepspeed(world, selector, zero_stage):
     from lze_bench.ledger import read_ledger, read_rollouts
 
