@@ -248,7 +248,9 @@ def test_controller_loop_on_deepspeed(world, selector, zero_stage):
     assert len(logs[0]) == len(logs[1]) == len(updating) > 0
     for u, (row, mine, theirs) in enumerate(zip(updating.itertuples(), *logs)):
         count = mine["samples"] // MICRO
-        assert mine["samples"] == theirs["samples"] and row.responses_trained == RANKS * mine["samples"]
+        # what the ranks trained: the step's kept responses plus, for astral, its replayed groups' (MICRO = 1: no trim)
+        assert mine["samples"] == theirs["samples"]
+        assert row.responses_trained + N * row.groups_replayed == RANKS * mine["samples"]
         for record in (mine, theirs):  # one optimizer step per update, on its last micro-batch, on every rank
             assert record["global_steps"] == [u] * (count - 1) + [u + 1]
         assert mine["weights"] == theirs["weights"], f"ranks hold different weights after update {u + 1}"
