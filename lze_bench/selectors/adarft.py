@@ -6,7 +6,8 @@ L14-39, `verl/trainer/ppo/ray_trainer.py` L426-438 set-up with target 0, L956-96
 paper arXiv 2504.05520.
 
 Every prompt carries a difficulty `d_i` (a per-prompt column, lze_bench.metadata; `column`). Each
-step rolls out the B prompts with the smallest `|d_i - T|`, nearest first. After the step the target
+step rolls out the B prompts with the smallest `|d_i - T|` (in candidate order, the interface's rule;
+the authors' batch is nearest first, which only orders their mini-batches). After the step the target
 moves with the mean reward R of every rollout of the batch (the authors' mean sequence reward):
 
     T <- clip(T + eta * tanh(alpha * (R - beta)), d_min, d_max)
@@ -68,7 +69,7 @@ class AdarftConfig:
 
 
 def nearest(distance: np.ndarray, rank: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the k smallest `distance`, ties by smaller `rank` (distinct), ordered by (distance, rank).
+    """Positions (ascending) of the k smallest `distance`, ties by smaller `rank` (distinct values).
 
     O(m) partitions instead of a lexsort of all m: the k-th smallest distance splits the candidates into
     those surely in, the tied ones (cut by rank) and the rest."""
@@ -82,8 +83,7 @@ def nearest(distance: np.ndarray, rank: np.ndarray, k: int) -> np.ndarray:
     short = k - inside.size
     if short < tied.size:
         tied = tied[top_k_mask(-rank[tied].astype(np.float64), short)]
-    chosen = np.concatenate([inside, tied])
-    return chosen[np.lexsort((rank[chosen], distance[chosen]))]
+    return np.sort(np.concatenate([inside, tied]))
 
 
 @SELECTORS.add("adarft")
@@ -109,7 +109,7 @@ class AdarftSelector(Selector):
         if self.tie_rank.size == 0:
             self.tie_rank = rng.permutation(self.num_prompts).astype(np.int64)
         distance = np.abs(self.difficulty[candidates] - self.target)  # custom_sampler.py L26
-        return candidates[nearest(distance, self.tie_rank[candidates], budget)]
+        return candidates[nearest(distance, self.tie_rank[candidates], budget)]  # candidate order
 
     def observe(self, batch):
         if batch.num_groups == 0:

@@ -9,7 +9,7 @@ paper arXiv 2507.04632. The same sampler is upstream in volcengine/verl `recipe/
 Per step the data order offers a chunk of `min(floor(ts_ratio * B), N)` candidates (the authors' dataloader
 batch; `candidates_per_step`). For each candidate a pass rate is drawn from its posterior,
 `r_i ~ Beta(alpha_i, beta_i)` (one `rng.beta` over the chunk, candidate order); `strategy=topk` (every
-launch script) rolls out the B candidates with the smallest `(r_i - target)^2`, nearest first;
+launch script) rolls out the B candidates with the smallest `(r_i - target)^2`;
 `threshold` takes a uniform random B of those with `r_i` in `[lower, upper]`, or, when fewer than B
 are, the B nearest the interval (0 inside it). Every group reaches the update (the authors' math
 runs have the DAPO filter off). After grading, each rolled-out prompt with pass rate `s_i` over n
@@ -29,7 +29,8 @@ Choices where our interface differs (ours):
 * the posterior starts at the prior for every prompt (the authors create it lazily, at the prior,
   when a prompt first appears as a candidate: the same numbers);
 * ties in the distance (probability zero with continuous draws) go to the earlier candidate (the
-  authors' `np.argsort` is not stable);
+  authors' `np.argsort` is not stable); the chosen are returned in candidate order, the interface's
+  rule (the authors' batch is nearest first, which only orders their mini-batches);
 * the randomness is the harness's `rng` per step (the authors use NumPy's global generator);
 * the authors multiply `total_epochs` by ts_ratio so the step count stays that of the plain run;
   here runs end at a step cap or a FLOP budget, and a pass over the data is counted in candidates
@@ -100,12 +101,15 @@ class MoppsSelector(Selector):
         sampled = rng.beta(self.alpha[candidates], self.beta[candidates])  # mopps.py L45
         cfg = self.config
         if cfg.strategy == "topk":
-            return candidates[top_k(-np.square(sampled - cfg.target), budget)]  # nearest first (L49-51)
-        inside = np.flatnonzero((sampled >= cfg.lower) & (sampled <= cfg.upper))
-        if inside.size >= budget:  # L55-57: a uniform random `budget` of those in range
-            return candidates[inside[rng.permutation(inside.size)[:budget]]]
-        gap = np.maximum(cfg.lower - sampled, 0.0) + np.maximum(sampled - cfg.upper, 0.0)  # L59-64
-        return candidates[top_k(-gap, budget)]
+            chosen = top_k(-np.square(sampled - cfg.target), budget)  # L49-51
+        else:
+            inside = np.flatnonzero((sampled >= cfg.lower) & (sampled <= cfg.upper))
+            if inside.size >= budget:  # L55-57: a uniform random `budget` of those in range
+                chosen = inside[rng.permutation(inside.size)[:budget]]
+            else:
+                gap = np.maximum(cfg.lower - sampled, 0.0) + np.maximum(sampled - cfg.upper, 0.0)  # L59-64
+                chosen = top_k(-gap, budget)
+        return candidates[np.sort(chosen)]  # candidate order (selectors.md §0)
 
     def observe(self, batch):
         if batch.num_groups == 0:

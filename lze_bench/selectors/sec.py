@@ -15,7 +15,8 @@ over several features, SEC-2D). Each arm keeps a queue of its prompts in a shuff
   followed by a fresh shuffle of all its prompts (the perpetual loader's refill, dataloader.py L233-239;
   the authors' math runs stop at a step count, which makes the loader perpetual);
 * B arms are drawn i.i.d. from softmax(Q / temperature) (`rng.choice`), and each draw pops the next
-  prompt of its arm's queue; the batch is in draw order;
+  prompt of its arm's queue; the batch is returned in candidate order (the interface's rule; the
+  authors' is draw order, which only orders their mini-batches);
 * after grading, every rollout's advantage `A = (r - mean) / (std + 1e-6)` of its group (unbiased std;
   verl's GRPO, also our trainers'; a group of one: `r / (1 + 1e-6)`, verl's mean 0 and std 1), and for
   each arm in the batch `r_a` = the mean |A| over its rollouts (priority.py L143-156, the `adv`
@@ -164,12 +165,14 @@ class SecSelector(Selector):
             position = np.sort(first)[:take]
             picked.append(window[position])
             self.q_pos[arm] += int(position[-1]) + 1
-        ids = np.empty(budget, dtype=np.int64)
-        ids[np.argsort(arms, kind="stable")] = np.concatenate(picked) if picked else ids[:0]
+        ids = np.concatenate(picked) if picked else np.zeros(0, dtype=np.int64)
         candidates = np.asarray(candidate_ids, dtype=np.int64).reshape(-1)
-        if candidates.size != self.num_prompts:  # a replayed log offers fewer: keep those it has (order kept)
-            ids = ids[np.isin(ids, candidates)]
-        return ids
+        offered = np.zeros(self.num_prompts, dtype=bool)
+        offered[candidates] = True  # a replayed log offers fewer than all N: keep those it has
+        position = np.full(self.num_prompts, -1, dtype=np.int64)
+        position[candidates] = np.arange(candidates.size)
+        ids = ids[offered[ids]]
+        return ids[np.argsort(position[ids], kind="stable")]  # candidate order (selectors.md §0)
 
     def observe(self, batch):
         if batch.num_groups == 0:
