@@ -64,17 +64,23 @@ def test_m3_mopps_pool_is_ts_ratio_times_the_batch_capped_at_the_data():
     assert make("mopps", 1000, 3, ts_ratio=2.5).candidates_per_step(3) == 7  # int(2.5 * 3)
 
 
-def mopps_reference(alpha: dict, beta: dict, candidates, budget, rng, n, lam=1.0, target=0.5):
+def mopps_reference(alpha: dict, beta: dict, observed: set, candidates, budget, rng, n, lam=1.0, target=0.5):
     """The authors' sample_batch (topk) and train, transcribed: per-prompt dicts, created at the prior."""
     for pid in candidates:
         alpha.setdefault(pid, 1.0)
         beta.setdefault(pid, 1.0)
-    sampled = rng.beta(np.array([alpha[p] for p in candidates]), np.array([beta[p] for p in candidates]))
+    # Beta(1, 1) is uniform: ours draws one uniform per candidate, then redraws the ones observed with rng.beta
+    draws = dict(zip(candidates, rng.random(len(candidates)).tolist()))
+    rest = [p for p in candidates if p in observed]
+    if rest:
+        draws.update(zip(rest, rng.beta(np.array([alpha[p] for p in rest]), np.array([beta[p] for p in rest]))))
+    sampled = [draws[p] for p in candidates]
     order = sorted(range(len(candidates)), key=lambda i: ((sampled[i] - target) ** 2, i))[:budget]
     chosen = [candidates[i] for i in sorted(order)]
 
     def train(rewards):
         for pid, row in zip(chosen, rewards):
+            observed.add(pid)
             s = float(np.mean(row))
             alpha[pid] = alpha[pid] * lam + 1.0 * (1 - lam) + s * n
             beta[pid] = beta[pid] * lam + 1.0 * (1 - lam) + (1 - s) * n
@@ -86,11 +92,11 @@ def mopps_reference(alpha: dict, beta: dict, candidates, budget, rng, n, lam=1.0
 def test_m4_mopps_recorded_sequence_matches_the_authors_loop(lam):
     num, budget, n = 40, 4, 4
     sel = make("mopps", num, budget, decay=lam, ts_ratio=3)
-    alpha, beta = {}, {}
+    alpha, beta, observed = {}, {}, set()
     for step in range(12):
         candidates = np.random.default_rng([step, 5]).permutation(num)[: sel.candidates_per_step(budget)]
         ids = sel.select_rollout(candidates, budget, step, step_rng(0, step, 0))
-        expected, train = mopps_reference(alpha, beta, candidates.tolist(), budget, step_rng(0, step, 0), n, lam)
+        expected, train = mopps_reference(alpha, beta, observed, candidates.tolist(), budget, step_rng(0, step, 0), n, lam)
         assert ids.tolist() == expected, step
         rewards = recorded(ids, step, n)
         sel.observe(batch(ids, rewards, step))
@@ -104,6 +110,7 @@ def test_m4_mopps_recorded_sequence_matches_the_authors_loop(lam):
 def test_m5_mopps_thompson_prefers_prompts_near_the_target():
     """A prompt with a sharp posterior at 0.5 beats ones sharp at 0 and 1; the batch keeps candidate order."""
     sel = make("mopps", 6, 2)
+    sel.observed[:] = True  # posteriors set by hand: every prompt draws from its Beta
     sel.alpha[:] = [1e4, 1, 5e3, 1, 1e4, 5e3]
     sel.beta[:] = [1, 1e4, 5e3, 1e4, 1, 5e3]
     ids = sel.select_rollout(np.array([5, 0, 1, 2, 3, 4]), 2, 0, step_rng(0, 0, 0))
@@ -112,11 +119,13 @@ def test_m5_mopps_thompson_prefers_prompts_near_the_target():
 
 def test_m6_mopps_threshold_takes_a_random_in_range_subset_or_the_nearest_to_the_interval():
     sel = make("mopps", 6, 2, strategy="threshold")
+    sel.observed[:] = True
     sel.alpha[:] = [1e5 * p for p in (0.4, 0.5, 0.6, 0.9, 0.1, 0.65)]
     sel.beta[:] = [1e5 * (1 - p) for p in (0.4, 0.5, 0.6, 0.9, 0.1, 0.65)]
     rng = step_rng(0, 3, 0)
     ids = sel.select_rollout(np.arange(6), 3, 3, rng)
     check = step_rng(0, 3, 0)
+    check.random(6)
     check.beta(sel.alpha, sel.beta)
     inside = np.array([0, 1, 2, 5])  # 0.4, 0.5, 0.6, 0.65 lie in [0.3, 0.7]
     assert ids.tolist() == sorted(inside[check.permutation(4)[:3]].tolist())

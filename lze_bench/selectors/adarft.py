@@ -68,22 +68,23 @@ class AdarftConfig:
         require(self.eta >= 0, "selector.eta", f"must be >= 0, got {self.eta}")
 
 
-def nearest(distance: np.ndarray, rank: np.ndarray, k: int) -> np.ndarray:
-    """Positions (ascending) of the k smallest `distance`, ties by smaller `rank` (distinct values).
+def nearest(distance: np.ndarray, rank_of, k: int) -> np.ndarray:
+    """Positions (ascending) of the k smallest `distance`, ties by smaller `rank_of(positions)` (distinct values).
 
     O(m) partitions instead of a lexsort of all m: the k-th smallest distance splits the candidates into
-    those surely in, the tied ones (cut by rank) and the rest."""
+    those surely in, the tied ones (cut by rank, looked up for them only) and the rest."""
     m = distance.size
     k = min(max(0, int(k)), m)
     if k == 0:
         return np.zeros(0, dtype=np.int64)
     cut = np.partition(distance, k - 1)[k - 1]
-    inside = np.flatnonzero(distance < cut)
+    chosen = distance < cut
     tied = np.flatnonzero(distance == cut)
-    short = k - inside.size
+    short = k - int(np.count_nonzero(chosen))
     if short < tied.size:
-        tied = tied[top_k_mask(-rank[tied].astype(np.float64), short)]
-    return np.sort(np.concatenate([inside, tied]))
+        tied = tied[top_k_mask(-rank_of(tied).astype(np.float64), short)]
+    chosen[tied] = True
+    return np.flatnonzero(chosen)
 
 
 @SELECTORS.add("adarft")
@@ -108,8 +109,10 @@ class AdarftSelector(Selector):
         candidates = np.asarray(candidate_ids, dtype=np.int64).reshape(-1)
         if self.tie_rank.size == 0:
             self.tie_rank = rng.permutation(self.num_prompts).astype(np.int64)
-        distance = np.abs(self.difficulty[candidates] - self.target)  # custom_sampler.py L26
-        return candidates[nearest(distance, self.tie_rank[candidates], budget)]  # candidate order
+        distance = self.difficulty[candidates]
+        distance = np.abs(np.subtract(distance, self.target, out=distance), out=distance)  # custom_sampler.py L26
+        rank = self.tie_rank
+        return candidates[nearest(distance, lambda at: rank[candidates[at]], budget)]  # candidate order
 
     def observe(self, batch):
         if batch.num_groups == 0:

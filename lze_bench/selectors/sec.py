@@ -111,6 +111,8 @@ class SecSelector(Selector):
     def __init__(self, config=None, *, num_prompts: int, batch_size: int | None = None, metadata=None):
         super().__init__(config, num_prompts=num_prompts, batch_size=batch_size)
         self.arm_of, self.arm_names = arm_codes(metadata or {}, self.config.columns)
+        # the smallest integer type: NumPy's stable argsort of 8- and 16-bit keys is a radix sort (the refill)
+        self.arm_of = self.arm_of.astype(np.min_scalar_type(max(len(self.arm_names) - 1, 0)))
         self.num_arms = len(self.arm_names)
         self.arm_size = np.bincount(self.arm_of, minlength=self.num_arms)
         # the prompts of each arm, contiguous (arm 0's, then arm 1's, ...): the refill shuffles within them
@@ -165,14 +167,12 @@ class SecSelector(Selector):
             position = np.sort(first)[:take]
             picked.append(window[position])
             self.q_pos[arm] += int(position[-1]) + 1
-        ids = np.concatenate(picked) if picked else np.zeros(0, dtype=np.int64)
+        chosen = np.zeros(self.num_prompts, dtype=bool)
+        if picked:
+            chosen[np.concatenate(picked)] = True
         candidates = np.asarray(candidate_ids, dtype=np.int64).reshape(-1)
-        offered = np.zeros(self.num_prompts, dtype=bool)
-        offered[candidates] = True  # a replayed log offers fewer than all N: keep those it has
-        position = np.full(self.num_prompts, -1, dtype=np.int64)
-        position[candidates] = np.arange(candidates.size)
-        ids = ids[offered[ids]]
-        return ids[np.argsort(position[ids], kind="stable")]  # candidate order (selectors.md §0)
+        # candidate order (selectors.md §0); a replayed log offers fewer than all N: those it has
+        return candidates[chosen[candidates]]
 
     def observe(self, batch):
         if batch.num_groups == 0:
