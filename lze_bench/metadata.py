@@ -135,7 +135,7 @@ class PromptMetadata:
                 raise LzeBenchError(f"{where}: column {name!r} must be numbers") from None
             if array.ndim != 1 or not np.all(np.isfinite(array)):
                 raise LzeBenchError(f"{where}: column {name!r} must be a flat list of finite numbers")
-            self.add(name, array, f"labels file {path}", float(flops or 0.0))
+            self.add(name, array, f"selector.labels={path}", float(flops or 0.0))
         self.label_source = str(record.get("source") or "")
 
     def require(self, names, selector: str) -> dict[str, np.ndarray]:
