@@ -1,4 +1,4 @@
-"""mopps, adarft and sec against their authors' rules (methods.md §2.1, §2.5, §2.6, §5).
+"""mopps, adarft and sec against their authors' rules (selectors.md §10-§12).
 
 Hand-computed numbers where a rule is a formula; elsewhere a plain-Python transcription of the
 authors' loop (dicts and lists, one prompt at a time, as their code is written) fed the same rng
@@ -48,7 +48,7 @@ def test_m1_mopps_posterior_update_by_hand():
 
 
 def test_m2_mopps_single_rollout_quirk_sets_both_to_eight():
-    """`... + s * n if n > 1 else 8` binds to the whole right-hand side (methods.md §5)."""
+    """`... + s * n if n > 1 else 8` binds to the whole right-hand side (selectors.md §10)."""
     sel = make("mopps", 4, 2)
     sel.observe(batch([0, 2], [[1, 1, 1, 1], [0, 1, 0, 1]]))
     sel.observe(batch([0, 1], [[1], [0]]))

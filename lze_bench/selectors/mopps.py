@@ -140,7 +140,7 @@ class MoppsSelector(Selector):
             self.alpha[ids] = N1_RESET
             self.beta[ids] = N1_RESET
             return
-        success = pass_rates(batch.rewards)  # our_ray_trainer.py L70: the group's mean accuracy
+        success = pass_rates(batch.rewards)  # our_ray_trainer.py L61-87: the group's mean accuracy
         keep, fresh = cfg.decay, 1.0 - cfg.decay
         self.alpha[ids] = self.alpha[ids] * keep + cfg.prior_alpha * fresh + success * n
         self.beta[ids] = self.beta[ids] * keep + cfg.prior_beta * fresh + (1.0 - success) * n

@@ -30,7 +30,7 @@ Choices where the code or our interface differs (ours):
 * the refill can put a prompt still in the queue a second time right behind itself; a pop that would
   repeat a prompt already in this step's batch is passed over (consumed), since a batch holds one
   group per prompt (the original could roll the same prompt out twice in one batch);
-* an arm with fewer prompts than the batch is refused (the authors assert it, dataloader.py L207);
+* an arm with fewer prompts than the batch is refused (the authors assert it, dataloader.py L212);
 * arms are numbered in sorted order of their values (the authors: order of first appearance); the
   queues are first shuffled on the first step, with the harness's rng (theirs: Python's `random`);
 * only the `adv` objective and Boltzmann sampling (the math runs'); `progress` and epsilon-greedy are
