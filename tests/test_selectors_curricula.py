@@ -343,3 +343,35 @@ def test_s8_sec_state_round_trip_continues_identically(tmp_path):
         assert a.tolist() == b.tolist()
         one.observe(batch(a, recorded(a, step), step))
         two.observe(batch(b, recorded(b, step), step))
+
+
+@pytest.mark.parametrize("prior", [(2.0, 1.0), (1.0, 3.0)])
+def test_m7_mopps_other_priors_draw_every_candidate_from_its_beta(prior):
+    """The uniform shortcut is for the Beta(1, 1) prior only: with another prior every candidate draws rng.beta."""
+    sel = make("mopps", 8, 3, prior_alpha=prior[0], prior_beta=prior[1])
+    ids = sel.select_rollout(np.arange(8), 3, 0, step_rng(0, 0, 0))
+    sampled = step_rng(0, 0, 0).beta(np.full(8, prior[0]), np.full(8, prior[1]))
+    assert ids.tolist() == sorted(np.argsort((sampled - 0.5) ** 2, kind="stable")[:3].tolist())
+
+
+def test_s9_sec_probabilities_stay_finite_for_large_q_over_temperature():
+    """softmax(Q / T) computed shifted by max Q: exp(2500) would overflow unshifted."""
+    sel = sec(temperature=0.4)
+    sel.q = np.array([1000.0, 0.0, 999.6])
+    weights = np.exp(np.array([0.0, -1000.0, -0.4]) / 0.4)
+    assert sel.probabilities().tolist() == pytest.approx((weights / weights.sum()).tolist(), rel=1e-12)
+
+
+def test_s10_sec_takes_up_to_65536_arms():
+    sel = sec(num=1 << 16, budget=1, levels=np.arange(1 << 16))
+    assert sel.num_arms == 1 << 16 and sel.arm_of[-1] == (1 << 16) - 1
+    with pytest.raises(LzeBenchError, match="65537 arms; SEC's bandit takes at most 65536"):
+        sec(num=(1 << 16) + 1, budget=1, levels=np.arange((1 << 16) + 1))
+
+
+@pytest.mark.parametrize("name", ["mopps", "adarft"])
+def test_a_budget_beyond_the_candidates_rolls_out_every_candidate(name):
+    sel = make(name, 10, 4, metadata={"difficulty": np.arange(10) * 10.0})
+    candidates = np.array([7, 2, 5])
+    assert sel.select_rollout(candidates, 5, 0, step_rng(0, 0, 0)).tolist() == [7, 2, 5]
+    assert sel.select_rollout(candidates, 0, 0, step_rng(0, 0, 0)).tolist() == []

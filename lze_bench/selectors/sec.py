@@ -50,6 +50,7 @@ from lze_bench.registry import SELECTORS
 from lze_bench.selectors.base import Selector, UpdateDecision
 
 ADV_EPS = 1e-6  # verl compute_grpo_outcome_advantage epsilon
+MAX_ARMS = 1 << 16  # arm codes are 16-bit
 
 
 @dataclass
@@ -110,10 +111,13 @@ class SecSelector(Selector):
 
     def __init__(self, config=None, *, num_prompts: int, batch_size: int | None = None, metadata=None):
         super().__init__(config, num_prompts=num_prompts, batch_size=batch_size)
-        self.arm_of, self.arm_names = arm_codes(metadata or {}, self.config.columns)
-        # the smallest integer type: NumPy's stable argsort of 8- and 16-bit keys is a radix sort (the refill)
-        self.arm_of = self.arm_of.astype(np.min_scalar_type(max(len(self.arm_names) - 1, 0)))
+        arm_of, self.arm_names = arm_codes(metadata or {}, self.config.columns)
         self.num_arms = len(self.arm_names)
+        if self.num_arms > MAX_ARMS:
+            raise LzeBenchError(f"selector.column={self.config.column}: {self.num_arms} arms; SEC's bandit takes at most "
+                                f"{MAX_ARMS} (a category column, not a per-prompt score)")
+        # 16-bit codes: NumPy's stable argsort of 16-bit keys is a radix sort (the refill, O(N))
+        self.arm_of = arm_of.astype(np.uint16)
         self.arm_size = np.bincount(self.arm_of, minlength=self.num_arms)
         # the prompts of each arm, contiguous (arm 0's, then arm 1's, ...): the refill shuffles within them
         self.by_arm = np.argsort(self.arm_of, kind="stable").astype(np.int64)
