@@ -66,8 +66,10 @@ def replay_budget(selector, candidates: int, fraction: float | None) -> int:
         return int(math.ceil(fraction * candidates))
     if isinstance(selector, HiveSelector):
         return int(math.floor(candidates / selector.config.pool_factor))  # the logged rows are its coarse pool
-    if isinstance(selector, AstralSelector):
-        return candidates // 2
+    if isinstance(selector, AstralSelector) or selector.name in ("adarft", "sec"):
+        return candidates // 2  # full-mode selectors choose among the logged rows: half of them
+    if selector.name == "mopps":
+        return max(1, int(math.floor(candidates / selector.config.ts_ratio)))  # the logged rows are its pool
     return candidates
 
 
