@@ -159,7 +159,7 @@ class SecSelector(Selector):
     def select_rollout(self, candidate_ids, budget, step, rng, features=None):
         budget = int(budget)
         self._check_sizes(budget)
-        if self.queue.size == 0 or np.any(self.q_end - self.q_pos < budget):
+        if np.any(self.q_end - self.q_pos < budget):  # also the first step: every queue is empty
             self._refill(rng)
         arms = rng.choice(self.num_arms, size=budget, p=self.probabilities())  # priority.py L115-116
         counts = np.bincount(arms, minlength=self.num_arms)
