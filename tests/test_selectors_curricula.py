@@ -378,16 +378,18 @@ def test_a_budget_beyond_the_candidates_rolls_out_every_candidate(name):
 
 
 def test_r7_adarft_nearest_equals_a_full_sort_with_distinct_and_tied_labels():
-    """The O(m) partition path against sorting every candidate by (|d - T|, rank), k from 1 to m."""
+    """The O(m) partition path against sorting every candidate by (|d - T|, rank), k from 1 to m; 3000
+    candidates, so NumPy's partition does not happen to sort them all (it does for small arrays)."""
     rng = np.random.default_rng(3)
-    for labels in (rng.random(40) * 100, np.round(rng.random(40) * 10) * 10):  # distinct; heavily tied
-        sel = make("adarft", 40, 5, metadata={"difficulty": labels})
-        candidates = rng.permutation(40)[:30]
-        for step, target in enumerate((0.0, 33.3, 50.0, 71.2, 100.0)):
+    for labels in (rng.random(4000) * 100, np.round(rng.random(4000) * 10) * 10):  # distinct; heavily tied
+        sel = make("adarft", 4000, 5, metadata={"difficulty": labels})
+        candidates = rng.permutation(4000)[:3000]
+        for step, target in enumerate((0.0, 33.3, 71.2)):
             sel.target = target
-            for k in (1, 2, 7, 29, 30):
+            for k in (1, 2, 37, 1500, 2999, 3000):
                 ids = sel.select_rollout(candidates, k, step, step_rng(0, step, 0))
                 rank = sel.tie_rank
-                best = sorted(candidates.tolist(), key=lambda p: (abs(labels[p] - target), rank[p]))[:k]
-                assert sorted(ids.tolist()) == sorted(best) and len(ids) == k
-                assert ids.tolist() == [c for c in candidates.tolist() if c in set(best)]  # candidate order
+                order = np.lexsort((rank[candidates], np.abs(labels[candidates] - target)))
+                best = set(candidates[order[:k]].tolist())
+                assert len(ids) == k and set(ids.tolist()) == best
+                assert ids.tolist() == [c for c in candidates.tolist() if c in best]  # candidate order
