@@ -97,7 +97,10 @@ def to_row(record: Any, fields: dict, gold_style: str, where: str, position: int
     except ValueError as exc:
         raise LzeBenchError(f"{where}: field {fields['answer']!r} (the gold answer): {exc}") from None
     row_id = _field(record, fields["id"], where) if fields.get("id") else position
-    return {"id": str(row_id), "problem": problem, "answer": answer}
+    from lze_bench.metadata import row_columns
+
+    # fixed per-prompt columns the data carries (MATH's level and subject): selectors may read them
+    return {"id": str(row_id), "problem": problem, "answer": answer, **row_columns(record)}
 
 
 def _field(record: dict, dotted: str, where: str):

@@ -61,11 +61,15 @@ class Features:
         return 0, 0.0
 
 
+# the per-prompt columns adarft and sec read (lze_bench.metadata): 6 levels of 10, as the synthetic task's
+METADATA = {"level": np.arange(N_PROMPTS) % 6 + 1, "difficulty": (np.arange(N_PROMPTS) % 6) * 20.0}
+
+
 def make_selector(case: str):
     name, _, variant = case.partition("-")
     extra = {"align_minibatch": True, "keep_ratio": 0.5, "align_mini_batch_prompts": 1} if variant else {}
     return build_selector(SELECTORS[name].Config(**CONFIGS.get(name, {}), **extra), num_prompts=N_PROMPTS,
-                          batch_size=BATCH)
+                          batch_size=BATCH, metadata=METADATA)
 
 
 def store_for(selector) -> RolloutStore:

@@ -27,7 +27,9 @@ EXPECTED = {
 def _check_normalized(rows: list[dict], count: int, first_gold: str) -> None:
     assert len(rows) == count
     assert rows[0]["answer"] == first_gold
-    assert all(set(r) == {"id", "problem", "answer"} and r["problem"].strip() and r["answer"] for r in rows)
+    # {id, problem, answer}, plus the fixed per-prompt columns a dataset carries (MATH-500: level, subject)
+    assert all({"id", "problem", "answer"} <= set(r) <= {"id", "problem", "answer", "level", "subject"}
+               and r["problem"].strip() and r["answer"] for r in rows)
     assert len({r["id"] for r in rows}) == count  # ids are unique
 
 
@@ -35,6 +37,12 @@ def _check_normalized(rows: list[dict], count: int, first_gold: str) -> None:
 def test_real_benchmark_rows_load_normalized(name):
     rows = load_benchmark(name, root=str(DATA))
     _check_normalized(rows, len(SLICES[f"{name}/test.jsonl"]["lines"]), EXPECTED[name][1])
+
+
+def test_math500_rows_carry_level_and_subject():
+    rows = load_benchmark("math500", root=str(DATA))
+    assert all(isinstance(r["level"], int) and 1 <= r["level"] <= 5 and r["subject"] for r in rows)
+    assert not any("level" in r for r in load_benchmark("gsm8k", root=str(DATA)))  # GSM8K has none
 
 
 def test_gold_normalization_on_real_rows():

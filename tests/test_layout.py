@@ -20,7 +20,7 @@ LAYERS = [
     ["__init__", "errors"],  # the version; LzeBenchError
     ["registry", "jsonl", "rundir", "flops", "data_order", "rollout_store", "budget", "hub", "preemption"],
     # plumbing on errors alone (preemption: Slurm's warning signal, recorded)
-    ["tracking"],  # experiment trackers (their config schema is part of config)
+    ["tracking", "metadata"],  # experiment trackers (their config schema is part of config); per-prompt columns
     ["grading", "ledger", "config", "runlock", "fingerprint"],  # the one grading function; the ledger schema;
     # config; run-dir locks; the run's data fingerprint
     ["benchmarks", "selectors", "launchers"],  # plug-ins described by config: datasets, selectors, launchers

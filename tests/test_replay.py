@@ -243,3 +243,29 @@ def test_round_samplers_finish_each_logged_step(name, p_after):
         state = selector.state_dict()
         assert (state["kept_so_far"], state["gen_rounds"], state["rolled_step"]) == (0, 0, 0)
     assert (round(selector.history.p_easy, 6), round(selector.history.p_hard, 6)) == p_after
+
+
+def test_mopps_replays_its_pool_share_of_each_logged_step(tmp_path):
+    out = tmp_path / "mopps.jsonl"
+    assert replay(SMALL, "selector=mopps", "selector.ts_ratio=3", "--out", out).exit_code == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    picked = choices(rows)
+    assert [len(rolled) for rolled, _ in picked] == [2, 2, 2]  # floor(6 rows / ts_ratio 3)
+    assert all(kept == rolled for rolled, kept in picked)  # every rolled-out group reaches the update
+
+
+def test_column_readers_replay_with_the_columns_recorded_beside_the_log(tmp_path):
+    from lze_bench.metadata import PromptMetadata
+
+    line = replay(SMALL, "selector=sec", "--out", tmp_path / "x.jsonl").output.strip().splitlines()
+    assert len(line) == 1 and "selector.column='level'" in line[0] and "it has: none" in line[0]
+    log = tmp_path / "run" / "rollouts.jsonl"
+    log.parent.mkdir()
+    log.write_text(SMALL.read_text())
+    meta = PromptMetadata(6)
+    meta.add("difficulty", np.array([0.0, 20, 40, 60, 80, 100]), "test")
+    meta.write(log.parent, ["difficulty"])
+    out = tmp_path / "adarft.jsonl"
+    assert replay(log, "selector=adarft", "--out", out).exit_code == 0
+    picked = choices([json.loads(r) for r in out.read_text().splitlines()])
+    assert picked[0][0] == [0, 1, 2]  # T = 0: the three easiest of the six logged prompts (budget 6 // 2)

@@ -41,8 +41,12 @@ def grade(ids, step):
     return (draws[ids] < TRUE_PASS[ids, None]).astype(np.float32)
 
 
+# fixed per-prompt columns (lze_bench.metadata) for the selectors that read them (adarft, sec): 3 levels of 13-14 (SEC needs every arm >= the largest budget drawn, 12)
+METADATA = {"level": np.arange(N_PROMPTS) % 3 + 1, "difficulty": np.random.default_rng(10).random(N_PROMPTS) * 100}
+
+
 def build(name):
-    return SELECTORS[name](num_prompts=N_PROMPTS, batch_size=BATCH)
+    return build_selector(SELECTORS[name].Config(), num_prompts=N_PROMPTS, batch_size=BATCH, metadata=METADATA)
 
 
 class Harness:

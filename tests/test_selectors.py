@@ -393,3 +393,6 @@ def test_bench_selectors_measures_every_selector(tmp_path):
     assert sorted(names) == sorted([n for n in SELECTORS if n != "astral"] + ["astral:start", "astral:mid"])
     for row in rows:
         assert row["prompts"] == 300 and row["step"] >= 0 and row["batch"] > 0
+        assert row["x sort"] >= 0  # the step in units of np.sort(10^6) on the same machine
+    assert {row["selector"]: row["batch"] for row in rows if row["selector"] in ("mopps", "adarft", "sec")} == {
+        "mopps": 18, "adarft": 18, "sec": 18}  # B = N/16: mopps' pool of 16 B; adarft, sec choose B of all N

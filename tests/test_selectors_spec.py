@@ -469,6 +469,12 @@ SPEC_DEFAULTS = {
             "d_init_min": 0.05, "momentum_weight": 0.3, "exploration_noise": 0.05, "prune_enabled": False,
             "prune_after": 2, "use_replay": True, "replay_ratio": 0.1, "anchor": "first_seen", "variant": "code",
             "tau": 0.2, "align_minibatch": False, "align_mini_batch_prompts": None},
+    # selectors.md §10 (MoPPS math scripts), §11 (AdaRFT script), §12 (SEC README math settings)
+    "mopps": {"ts_ratio": 16.0, "prior_alpha": 1.0, "prior_beta": 1.0, "decay": 1.0, "target": 0.5,
+              "strategy": "topk", "lower": 0.3, "upper": 0.7, "n1_quirk": True},
+    "adarft": {"column": "difficulty", "labels": None, "target": 0.0, "beta": 0.5, "alpha": 2.0, "eta": 50.0,
+               "d_min": 0.0, "d_max": 100.0},
+    "sec": {"column": "level", "labels": None, "temperature": 0.4, "lr": 0.5},
 }
 SPEC_DEFAULTS["lze_full"] = {**SPEC_DEFAULTS["lze"], "prune_enabled": True}
 

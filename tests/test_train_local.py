@@ -274,6 +274,9 @@ SELECTOR_OVERRIDES = {
     "lze": [],
     "lze_full": [],
     "uniform": [],
+    "mopps": [],
+    "adarft": [],
+    "sec": [],
 }
 
 
@@ -305,6 +308,20 @@ def test_every_selector_trains_and_books_its_extra_work(tmp_path, cache_dir, nam
         assert (ledger["flops_select"] > 0).all() and (ledger["prompts_considered"] % 12 == 0).all()
     if name == "greso":  # round 0 examines S = 6 candidates; later rounds continue while short
         assert (ledger["prompts_considered"] >= 6).all() and (ledger["gen_rounds"] >= 1).all()
+    if name == "mopps":  # a pool of min(16 B, N) = 64 candidates per step, B = 4 rolled out
+        assert (ledger["prompts_considered"] == 64).all() and (ledger["prompts_rolled_out"] == 4).all()
+    import json
+
+    record = json.loads((run_dir / "prompt_metadata.json").read_text())  # every run records the task's columns
+    assert sorted(record["columns"]) == ["difficulty", "level"] and record["prompts"] == 64
+    assert record["columns"]["level"]["charge"] == "external, not charged"
+    read = {"adarft": ["difficulty"], "sec": ["level"]}.get(name, [])
+    assert record["read_by_selector"] == read and not (run_dir / "offline_flops.json").exists()
+    if read:  # the rolled-out prompts' columns, as the selector saw them
+        rows = read_rollouts(run_dir)
+        levels = np.asarray(record["columns"]["level"]["values"])[rows["prompt_id"].to_numpy()]
+        if name == "adarft":  # T = 0 at step 0: the easiest level
+            assert (levels[(rows["step"] == 0).to_numpy()] == 1).all()
 
 
 def test_dry_run_prints_config_and_run_dir_and_runs_nothing(tmp_path, cache_dir):

@@ -66,8 +66,10 @@ def replay_budget(selector, candidates: int, fraction: float | None) -> int:
         return int(math.ceil(fraction * candidates))
     if isinstance(selector, HiveSelector):
         return int(math.floor(candidates / selector.config.pool_factor))  # the logged rows are its coarse pool
-    if isinstance(selector, AstralSelector):
-        return candidates // 2
+    if isinstance(selector, AstralSelector) or selector.name in ("adarft", "sec"):
+        return candidates // 2  # full-mode selectors choose among the logged rows: half of them
+    if selector.name == "mopps":
+        return max(1, int(math.floor(candidates / selector.config.ts_ratio)))  # the logged rows are its pool
     return candidates
 
 
@@ -119,6 +121,16 @@ def step_epochs(log: RolloutLogData, steps: np.ndarray, first_rows: np.ndarray) 
     return before // np.unique(log.prompt_id).size
 
 
+def log_metadata(log: RolloutLogData) -> dict:
+    """The per-prompt columns of the run that wrote the log (its `prompt_metadata.json`), {} without one."""
+    from pathlib import Path
+
+    from lze_bench.metadata import read_columns
+
+    path = Path(str(getattr(log, "path", "") or "."))
+    return read_columns(path.parent if path.suffix else path)
+
+
 def replay_log(log: RolloutLogData, selector_cfg, seed: int = 0, budget_fraction: float | None = None,
                on_step=None) -> ReplayResult:
     """Run one selector over the log step by step; returns the per-row flags and the per-step summary.
@@ -130,7 +142,8 @@ def replay_log(log: RolloutLogData, selector_cfg, seed: int = 0, budget_fraction
     bounds = np.append(starts, order.size)
     epochs = step_epochs(log, steps, order[starts])
     # batch size at construction: the first step's rows (DAPO's target and ASTRAL's budget follow each step)
-    selector = build_selector(selector_cfg, num_prompts=log.num_prompts, batch_size=int(bounds[1] - bounds[0]))
+    selector = build_selector(selector_cfg, num_prompts=log.num_prompts, batch_size=int(bounds[1] - bounds[0]),
+                              metadata=log_metadata(log))
     features = LogFeatures(log)
     reference = AstralReference(selector, log)
     result = ReplayResult(np.zeros(log.step.size, dtype=bool), np.zeros(log.step.size, dtype=bool))

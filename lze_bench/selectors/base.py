@@ -272,6 +272,13 @@ class Selector:
     def load_state_dict(self, state: dict) -> None:
         return None
 
+    @classmethod
+    def metadata_columns(cls, config) -> tuple[str, ...]:
+        """The fixed per-prompt columns (lze_bench.metadata) this selector reads at construction; () for none.
+
+        `build_selector` passes them as `metadata={name: array[N]}` to selectors that name any."""
+        return ()
+
     def require_features(self, features: FeatureFn | None) -> FeatureFn:
         """The backend's FeatureFn, or a clear error when this selector needs one and got none."""
         if features is None and self.requires:

@@ -71,7 +71,9 @@ class DatasetTask:
         rows = load_benchmark(task_cfg.dataset, root=data_root, split=task_cfg.split, limit=task_cfg.limit)
         if not rows:
             raise LzeBenchError(f"task {task_cfg.name}: no rows loaded from {task_cfg.dataset!r} ({task_cfg.split})")
-        return [{"id": index, "problem": row["problem"], "answer": row["answer"]} for index, row in enumerate(rows)]
+        keep = ("level", "subject", "difficulty")  # per-prompt columns (lze_bench.metadata), where the data has them
+        return [{"id": index, "problem": row["problem"], "answer": row["answer"], **{k: row[k] for k in keep if k in row}}
+                for index, row in enumerate(rows)]
 
 
 @TASKS.add("math")

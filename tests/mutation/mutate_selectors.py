@@ -42,7 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SELECTORS = REPO / "lze_bench" / "selectors"
 SKIP_FILES = {"__init__.py", "stats.py", "topk.py"}
-TESTS = ["tests/test_selectors_spec.py", "tests/test_selectors.py", "tests/test_selector_contracts.py",
+TESTS = ["tests/test_selectors_curricula.py", "tests/test_selectors_spec.py", "tests/test_selectors.py", "tests/test_selector_contracts.py",
          "tests/test_replay.py", "tests/test_step_rounds.py", "tests/test_selector_kernels.py",
          "tests/test_predictor.py"]
 
@@ -62,6 +62,18 @@ SKIP_LINE_STARTS = ("import ", "from ", "def ", "class ", "@", "raise ", "requir
 
 # (file, stripped original line, mutation) -> why that mutant behaves exactly like the original
 EQUIVALENT = {
+    ("mopps.py", "inside = np.flatnonzero((sampled >= cfg.lower) & (sampled <= cfg.upper))", ">= -> >"):
+        "a Beta draw equals the interval's bound with probability 0 (continuous distribution)",
+    ("mopps.py", "inside = np.flatnonzero((sampled >= cfg.lower) & (sampled <= cfg.upper))", "<= -> <"):
+        "a Beta draw equals the interval's bound with probability 0 (continuous distribution)",
+    ("mopps.py", "if inside.size >= budget:  # L55-57: a uniform random `budget` of those in range", ">= -> >"):
+        "exactly `budget` in range: the nearest-to-the-interval branch picks them too (distance 0), the same set",
+    ("adarft.py", "if short < tied.size:", "< -> <="):
+        "short == tied.size: top_k_mask of all the tied keeps them all, as skipping the cut does",
+    ("sec.py", "self.queue = np.zeros(0, dtype=np.int64)  # every arm's queue, arm after arm", "0 -> 1"):
+        "the initial queue is never read: q_pos = q_end = 0 make every arm's window empty until the first refill",
+    ("sec.py", "_, first = np.unique(window[: 2 * take], return_index=True)  # a repeat is the refill's, <= take apart",
+     "2 -> 3"): "any window of >= 2 take pops holds the first `take` distinct prompts; a longer one finds the same",
     ("base.py", "replay: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))", "2 -> 3"):
         "__post_init__ reshapes replay to (-1, 2): an empty (0, 3) default becomes the same empty (0, 2)",
     ("base.py", "self.replay = np.asarray(self.replay, dtype=np.int64).reshape(-1, 2)", "1 -> 2"):

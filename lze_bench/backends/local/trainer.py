@@ -221,7 +221,11 @@ class _Session:
         if limit is not None and longest > limit:
             raise LzeBenchError(f"trainer.max_new_tokens={trainer.max_new_tokens}: prompts plus responses reach "
                                 f"{longest} tokens, past the model's {limit} positions; lower it")
-        selector = build_selector(cfg.selector, num_prompts=len(rows), batch_size=trainer.batch_size)
+        from lze_bench.metadata import PromptMetadata
+
+        metadata = PromptMetadata.for_run(rows, cfg.task.name, cfg.selector)
+        selector = build_selector(cfg.selector, num_prompts=len(rows), batch_size=trainer.batch_size, metadata=metadata)
+        metadata.write(self.run_dir, list(type(selector).metadata_columns(selector.config)))
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=trainer.lr, weight_decay=trainer.weight_decay)
         capacity = cfg.backend.rollout_store_groups
         if capacity < 0:

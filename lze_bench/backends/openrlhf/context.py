@@ -53,15 +53,19 @@ def load_run_config(path: str | os.PathLike):
 
 
 def build_run_selector(cfg, num_prompts: int):
-    """The selector of a saved config, re-typed with its dataclass schema."""
+    """The selector of a saved config, re-typed with its dataclass schema, with the run's per-prompt columns."""
     from omegaconf import OmegaConf
 
     from lze_bench.registry import SELECTORS
     from lze_bench.selectors import build_selector
 
+    from lze_bench.metadata import read_columns
+
     schema = OmegaConf.structured(SELECTORS[cfg.selector.name].Config)
     node = OmegaConf.merge(schema, cfg.selector)
-    return build_selector(node, num_prompts=num_prompts, batch_size=int(cfg.trainer.batch_size))
+    # the per-prompt columns the launcher recorded from the task's rows (launch.write_metadata)
+    return build_selector(node, num_prompts=num_prompts, batch_size=int(cfg.trainer.batch_size),
+                          metadata=read_columns(cfg.run_dir) if cfg.get("run_dir") else {})
 
 
 REPLAY_STORE_DIR = "replay_store"

@@ -116,8 +116,25 @@ def prepare(cfg) -> tuple[RunPaths, list[str]]:
 
     if uses_head(cfg) and not (paths.work / QUESTIONS_FILE).exists():
         write_questions(rows, paths.work / QUESTIONS_FILE)  # what astral's frozen encoder embeds (head.py)
+    write_metadata(cfg, rows, paths.run_dir)
     atomic_write_json(paths.work / "command.json", {"argv": argv})
     return paths, argv
+
+
+def write_metadata(cfg, rows: list[dict], run_dir: Path) -> None:
+    """The per-prompt columns into the run directory (lze_bench.metadata), where the trainer actor reads them back;
+    a column the selector reads but the task lacks fails here, before a cluster starts."""
+    from omegaconf import OmegaConf
+
+    from lze_bench.metadata import PromptMetadata
+    from lze_bench.registry import SELECTORS
+
+    cls = SELECTORS[cfg.selector.name]
+    selector_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls.Config), cfg.selector))
+    metadata = PromptMetadata.for_run(rows, cfg.task.name, selector_cfg)
+    read = list(cls.metadata_columns(selector_cfg))
+    metadata.require(read, cfg.selector.name)
+    metadata.write(run_dir, read)
 
 
 def _read_config(path: Path) -> dict:

@@ -40,7 +40,9 @@ def write_prompts(root: Path, count: int, gold=lambda i: i % 2) -> Path:
     """`gold(i)`: prompt i's answer (the tiny policy answers 0 or 1; any other gold makes every reward 0)."""
     path = root / "gsm8k" / "train.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = [{"question": f"Is {i} odd? Reply 1 for yes, 0 for no.", "answer": f"#### {gold(i)}"} for i in range(count)]
+    # level and difficulty: the per-prompt columns adarft and sec read (lze_bench.metadata), two levels
+    rows = [{"question": f"Is {i} odd? Reply 1 for yes, 0 for no.", "answer": f"#### {gold(i)}", "level": 1 + i % 2,
+             "difficulty": 100.0 * (i % 2)} for i in range(count)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return root
 

@@ -1,0 +1,108 @@
+"""Per-prompt columns (lze_bench.metadata): read from the data or a labels file, recorded in the run directory,
+handed to the selectors that read them on both backends, and a labelling cost booked as offline FLOPs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from lze_bench.errors import LzeBenchError
+from lze_bench.metadata import PromptMetadata, read_columns
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_the_synthetic_task_carries_its_level_and_the_difficulty_it_maps_to():
+    from lze_bench.tasks.synthetic import SyntheticTaskConfig, load_split
+
+    rows = load_split("train", SyntheticTaskConfig(num_train=30, num_sft=10, num_test=10))
+    meta = PromptMetadata.for_run(rows, "synthetic", OmegaConf.create({"name": "uniform"}))
+    assert meta.columns["level"].tolist() == [r["level"] for r in rows]
+    assert meta.columns["difficulty"].tolist() == [(r["level"] - 1) * 20.0 for r in rows]
+    assert sorted(set(meta.columns["level"].tolist())) == [1, 2, 3, 4, 5, 6]
+
+
+def test_math_rows_carry_level_and_subject_from_the_data():
+    from lze_bench.tasks.datasets import DatasetTaskConfig, MathTask
+
+    rows = MathTask.load(DatasetTaskConfig(name="math", dataset="math500", split="test", limit=6), str(DATA))
+    raw = [json.loads(line) for line in (DATA / "math500" / "test.jsonl").read_text().splitlines()[:6]]
+    meta = PromptMetadata.for_run(rows, "math", OmegaConf.create({"name": "sec"}))
+    assert meta.columns["level"].tolist() == [int(r["level"]) for r in raw]
+    assert meta.columns["subject"].tolist() == [r["subject"] for r in raw]
+    assert "difficulty" not in meta.columns  # MATH has no 0-100 label: adarft needs a labels file
+    with pytest.raises(LzeBenchError, match=r"selector.column='difficulty'.*it has: level, subject.*selector.labels"):
+        meta.require(["difficulty"], "adarft")
+
+
+def test_math_level_strings_are_read_and_unknown_levels_left_out():
+    from lze_bench.metadata import row_columns
+
+    assert row_columns({"level": "Level 3", "type": "Algebra"}) == {"level": 3, "subject": "Algebra"}
+    assert row_columns({"level": "Level ?"}) == {}
+
+
+def labels_file(tmp_path, values, flops):
+    path = tmp_path / "labels.json"
+    path.write_text(json.dumps({"columns": {"difficulty": values}, "flops": flops, "source": "64 rollouts"}))
+    return path
+
+
+def test_a_charged_labels_file_is_booked_as_offline_flops_only_when_read(tmp_path):
+    from lze_bench.report.offline import offline_flops
+
+    rows = [{"id": i, "level": 1 + i % 2} for i in range(4)]
+    path = labels_file(tmp_path, [10, 90, 50, 0], 3.5e12)
+    meta = PromptMetadata.for_run(rows, "math", OmegaConf.create({"name": "adarft", "labels": str(path)}))
+    reader, other = tmp_path / "reader", tmp_path / "other"
+    reader.mkdir(), other.mkdir()
+    meta.write(reader, ["difficulty"])
+    meta.write(other, ["level"])
+    assert offline_flops(reader) == 3.5e12 and offline_flops(other) == 0.0  # the report's `(+offline)` rows
+    record = json.loads((reader / "prompt_metadata.json").read_text())
+    assert record["columns"]["difficulty"]["charge"] == "offline, 3.5e+12 FLOPs"
+    assert record["columns"]["level"]["charge"] == "external, not charged"
+    assert read_columns(reader)["difficulty"].tolist() == [10, 90, 50, 0]
+
+
+def test_an_external_labels_file_is_not_charged(tmp_path):
+    path = labels_file(tmp_path, [1, 2, 3], None)
+    meta = PromptMetadata.for_run([{"id": i} for i in range(3)], "math", OmegaConf.create({"labels": str(path)}))
+    meta.write(tmp_path, ["difficulty"])
+    assert not (tmp_path / "offline_flops.json").exists()
+    assert json.loads((tmp_path / "prompt_metadata.json").read_text())["columns"]["difficulty"]["charge"] == \
+        "external, not charged"
+
+
+@pytest.mark.parametrize("content,needle", [
+    ({"columns": {"difficulty": [1, 2]}}, "has 2 values for 3 train prompts"),
+    ({"columns": {"difficulty": [1, 2, "x"]}}, "must be numbers"),
+    ({"columns": {"difficulty": [1, 2, 3]}, "flops": -1}, '"flops" must be a number >= 0'),
+    ({"rows": []}, 'needs an object "columns"'),
+])
+def test_a_bad_labels_file_is_one_line_naming_the_field(tmp_path, content, needle):
+    path = tmp_path / "labels.json"
+    path.write_text(json.dumps(content))
+    with pytest.raises(LzeBenchError, match="selector.labels=") as info:
+        PromptMetadata.for_run([{"id": i} for i in range(3)], "math", OmegaConf.create({"labels": str(path)}))
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_openrlhf_actor_builds_the_selector_from_the_columns_the_launcher_recorded(tmp_path):
+    """launch.write_metadata (the launcher has the rows) -> prompt_metadata.json -> the trainer actor's selector."""
+    from lze_bench.backends.openrlhf.context import build_run_selector
+    from lze_bench.backends.openrlhf.launch import write_metadata
+
+    rows = [{"id": i, "problem": "p", "answer": "1", "level": 1 + i % 3} for i in range(12)]
+    cfg = OmegaConf.create({"selector": {"name": "sec", "column": "level"}, "task": {"name": "math"},
+                            "trainer": {"batch_size": 2}, "run_dir": str(tmp_path)})
+    write_metadata(cfg, rows, tmp_path)
+    selector = build_run_selector(cfg, 12)
+    assert selector.arm_of.tolist() == [i % 3 for i in range(12)] and selector.arm_names == ["1", "2", "3"]
+    cfg.selector.column = "subject"
+    with pytest.raises(LzeBenchError, match=r"selector.column='subject'.*it has: level"):
+        write_metadata(cfg, rows, tmp_path)  # refused before any cluster starts
