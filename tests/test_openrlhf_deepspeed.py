@@ -67,10 +67,7 @@ T = 0.7
 # The controller loop rolls out with OpenRLHF's own vLLM engines (vLLM's CPU build) and syncs them with OpenRLHF's
 # own broadcast_to_vllm (gloo group, ds_policy.DeepSpeedVllmPolicyActor) wherever that build is installed (CI
 # requires it: LZE_BENCH_REQUIRE_VLLM=1); elsewhere with the transformers stand-in engine.
-VLLM_ERROR = harness.vllm_cpu_error()
-if VLLM_ERROR and os.environ.get("LZE_BENCH_REQUIRE_VLLM") == "1":
-    raise RuntimeError(f"LZE_BENCH_REQUIRE_VLLM=1 but vLLM's CPU build is missing ({VLLM_ERROR})")
-ENGINE = "standin" if VLLM_ERROR else "vllm"
+ENGINE = harness.engine_under_test()
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +81,7 @@ def world(tmp_path_factory):
         # the loop's policy: head_dim 32 for vLLM's CPU attention (the fit tests keep the measured head_dim 16 one)
         world["loop_model"] = world["model"] if ENGINE == "standin" else save_tiny_policy(
             root / "tiny64", [PROMPT_TEMPLATE.format(problem=harness.PROBLEM.format(i=i)) for i in range(4)],
-            hidden_size=64)
+            hidden_size=harness.hidden_size_for(ENGINE))
         yield world
 
 
@@ -213,7 +210,7 @@ COMPARED = ["step", "prompts_rolled_out", "groups_kept", "gen_rounds", "samples"
 
 
 def loop_overrides(world, selector: str, zero_stage: int, run_dir: Path) -> list[str]:
-    extra = harness.VLLM_CPU_OVERRIDES if ENGINE == "vllm" else ()
+    extra = harness.engine_overrides(ENGINE)
     return harness.overrides(world["loop_model"], world["data"], selector, run_dir, steps=STEPS, batch=BATCH, n=N,
                              micro=MICRO, gpus=RANKS, zero_stage=zero_stage, extra=extra)
 

