@@ -87,6 +87,16 @@ class LLM:
     def get_tokenizer(self):
         return self.tokenizer
 
+    def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+        assert method == "reload_weights" and kwargs["is_checkpoint_format"] is True
+        self.model = self.llm_engine.engine_core.model = kwargs["weights_path"]
+        _log(("reload", self.model))
+        return [None]
+
+    def reset_prefix_cache(self, reset_running_requests=False, reset_connector=False):
+        _log(("reset_prefix_cache", self.model))
+        return True
+
     def generate(self, prompts, params, use_tqdm=True):
         assert len(params) == len(prompts) and len({p.seed for p in params}) == len(params)  # a seed per problem
         params = params[0]
@@ -148,7 +158,8 @@ VLLM = ["generation.backend=vllm", "device=cuda", "eval.benchmarks=[gsm8k,math50
         "grading.workers=1", "eval.min_answer_tokens=0"]
 
 
-def test_vllm_engine_is_sized_by_config_and_shut_down_before_the_next_checkpoint(fake_vllm, tiny_checkpoint, tmp_path):
+def test_vllm_engine_is_sized_by_config_and_reloads_the_next_checkpoint_of_the_same_architecture(
+        fake_vllm, tiny_checkpoint, tmp_path):
     run = _run_with_checkpoints(tmp_path, tiny_checkpoint)
     entries = _eval([f"run={run}", f"data.root={_data_root(tmp_path)}", *VLLM, "generation.tensor_parallel_size=2",
                      "generation.max_model_len=64", "generation.gpu_memory_utilization=0.55",
@@ -158,12 +169,33 @@ def test_vllm_engine_is_sized_by_config_and_shut_down_before_the_next_checkpoint
     assert all(e["accuracy"] == 0.5 and e["generation_backend"] == "vllm" for e in entries)  # 42 right, 7 wrong
     kinds = [(event[0], Path(event[1]).name) for event in fake_vllm.EVENTS]
     assert kinds == [("init", "step_000000"), ("generate", "step_000000"), ("generate", "step_000000"),
-                     ("engine_core.shutdown", "step_000000"),
-                     ("init", "step_000002"), ("generate", "step_000002"), ("generate", "step_000002"),
+                     ("reload", "step_000002"), ("reset_prefix_cache", "step_000002"),
+                     ("generate", "step_000002"), ("generate", "step_000002"),
                      ("engine_core.shutdown", "step_000002")]
     engine = fake_vllm.EVENTS[0][2]
     assert engine == {"dtype": "auto", "seed": 0, "tensor_parallel_size": 2, "max_model_len": 64,
                       "gpu_memory_utilization": 0.55, "enforce_eager": True}
+
+
+@pytest.mark.parametrize("change", ["config", "tokenizer"])
+def test_a_checkpoint_of_another_architecture_or_tokenizer_gets_a_fresh_engine_after_the_old_one_shut_down(
+        fake_vllm, tiny_checkpoint, tmp_path, change):
+    import json
+
+    run = _run_with_checkpoints(tmp_path, tiny_checkpoint)
+    second = run / "checkpoints" / "step_000002"
+    if change == "config":
+        config = json.loads((second / "config.json").read_text())
+        (second / "config.json").write_text(json.dumps({**config, "rms_norm_eps": 1e-5}))
+    else:
+        template = json.loads((second / "tokenizer_config.json").read_text())
+        (second / "tokenizer_config.json").write_text(json.dumps({**template, "model_max_length": 4096}))
+    _eval([f"run={run}", f"data.root={_data_root(tmp_path)}", *VLLM])
+    kinds = [(event[0], Path(event[1]).name) for event in fake_vllm.EVENTS]
+    assert kinds == [("init", "step_000000"), ("generate", "step_000000"), ("generate", "step_000000"),
+                     ("engine_core.shutdown", "step_000000"),
+                     ("init", "step_000002"), ("generate", "step_000002"), ("generate", "step_000002"),
+                     ("engine_core.shutdown", "step_000002")]
 
 
 def test_vllm_close_shuts_the_engine_down_once(fake_vllm, tiny_checkpoint):
@@ -204,7 +236,8 @@ def test_bad_engine_settings_are_one_line(overrides, message):
 
 def test_data_parallel_replicas_split_checkpoints_over_gpus(fake_vllm, tiny_checkpoint, tmp_path, monkeypatch):
     """data_parallel_size=2, tensor_parallel_size=2 on GPUs 3,5,6,7: replica 0 gets 3,5 and replica 1 gets 6,7,
-    each evaluates its own checkpoints (round-robin) with its engine shut down after each."""
+    each evaluates its own checkpoints (round-robin) with one engine, reloaded for its next checkpoint and shut
+    down after its last."""
     import json
 
     from lze_bench.ledger import read_evals
@@ -219,11 +252,15 @@ def test_data_parallel_replicas_split_checkpoints_over_gpus(fake_vllm, tiny_chec
     assert [(e["checkpoint"], e["benchmark"]) for e in entries] == [
         (c, b) for c in ("step_000000", "step_000002", "step_000004") for b in ("gsm8k", "math500")]
     events = [json.loads(line) for line in log.read_text().splitlines()]
-    gpus = {Path(model).name: devices for kind, model, devices in events if kind == "init"}
+    gpus = {Path(model).name: devices for kind, model, devices in events if kind in ("init", "reload")}
     assert gpus == {"step_000000": "3,5", "step_000002": "6,7", "step_000004": "3,5"}
-    for checkpoint in gpus:  # each engine is shut down once, after its generations
-        kinds = [kind for kind, model, _ in events if Path(model).name == checkpoint]
-        assert kinds == ["init", "generate", "generate", "engine_core.shutdown"]
+    replica_0 = [(kind, Path(model).name) for kind, model, devices in events if devices == "3,5"]
+    assert replica_0 == [("init", "step_000000"), ("generate", "step_000000"), ("generate", "step_000000"),
+                         ("reload", "step_000004"), ("reset_prefix_cache", "step_000004"),
+                         ("generate", "step_000004"), ("generate", "step_000004"),
+                         ("engine_core.shutdown", "step_000004")]
+    kinds = [kind for kind, model, _ in events if Path(model).name == "step_000002"]
+    assert kinds == ["init", "generate", "generate", "engine_core.shutdown"]
     assert len(read_evals(run)) == 6  # rows of both replicas, appended under the lock
     assert fake_vllm.EVENTS == []  # nothing ran in this process
 
@@ -420,16 +457,30 @@ def test_real_vllm_engine_that_cannot_start_fails_in_one_line(real_vllm, tiny_ch
 
 @pytest.mark.slow
 def test_real_vllm_eval_command_reproduces_samples_and_records_dtype(real_vllm, tiny_checkpoint_hd32, tmp_path):
-    """`lze-bench eval run=...` on two identical checkpoints, sampled, seeds 0 and 1, dtype auto: each checkpoint
-    starts its own engine, and the two engines give the same answers per seed, different ones across seeds; the
-    recorded dtype is the CPU build's bfloat16; no VLLM:: process outlives the command."""
+    """`lze-bench eval run=...` on checkpoints A, B (other weights), A again, sampled, seeds 0 and 1, dtype auto:
+    one engine serves the three, reloading weights (engines.py), and A's answers after two reloads equal its
+    answers from the freshly started engine per seed, while B's differ and seeds differ; the recorded dtype is
+    the CPU build's bfloat16; no VLLM:: process outlives the command."""
     import json
     import subprocess
     import uuid
 
+    import torch
+    from transformers import AutoModelForCausalLM
+
     from lze_bench.ledger import read_evals
+    from lze_bench.rundir import checkpoint_dir, mark_checkpoint_complete
 
     run = _run_with_checkpoints(tmp_path, tiny_checkpoint_hd32)
+    other = checkpoint_dir(run, 2)
+    model = AutoModelForCausalLM.from_pretrained(other)
+    torch.manual_seed(7)
+    with torch.no_grad():
+        for weight in model.parameters():
+            weight.add_(torch.randn_like(weight) * 0.5)
+    model.save_pretrained(other)
+    shutil.copytree(checkpoint_dir(run, 0), checkpoint_dir(run, 4))
+    mark_checkpoint_complete(checkpoint_dir(run, 4))
     marker = uuid.uuid4().hex
     env = {**os.environ, "LZE_TEST_VLLM_MARKER": marker}
     command = [sys.executable, "-m", "lze_bench.cli", "eval", f"run={run}", f"data.root={_data_root(tmp_path)}",
@@ -439,6 +490,7 @@ def test_real_vllm_eval_command_reproduces_samples_and_records_dtype(real_vllm, 
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert _engine_processes(f"LZE_TEST_VLLM_MARKER={marker}") == []
+    assert "1 engine start(s), 2 weight reload(s) for 3 checkpoint(s)" in done.stderr + done.stdout
 
     def answers(checkpoint: str, seed: int) -> list:
         [folder] = [p.parent for p in (run / "evals" / checkpoint).glob("*/summary.json")
@@ -447,8 +499,9 @@ def test_real_vllm_eval_command_reproduces_samples_and_records_dtype(real_vllm, 
         assert (summary["dtype"], summary["dtype_requested"], summary["device"]) == ("bfloat16", "auto", "cpu")
         return [json.loads(line)["response"] for line in (folder / "gsm8k.jsonl").read_text().splitlines()]
 
-    for seed in (0, 1):
-        assert answers("step_000000", seed) == answers("step_000002", seed)  # two engines, one seed: same answers
+    for seed in (0, 1):  # A reloaded after B answers as A on a fresh engine, for one seed
+        assert answers("step_000000", seed) == answers("step_000004", seed)
     assert answers("step_000000", 0) != answers("step_000000", 1)
+    assert any(answers("step_000000", seed) != answers("step_000002", seed) for seed in (0, 1))  # B's own weights
     evals = read_evals(run)
-    assert len(evals) == 4 and set(evals["dtype"]) == {"bfloat16"} and set(evals["generation_backend"]) == {"vllm"}
+    assert len(evals) == 6 and set(evals["dtype"]) == {"bfloat16"} and set(evals["generation_backend"]) == {"vllm"}

@@ -277,6 +277,7 @@ class VLLMGenerator(_Base):
             engine["enable_chunked_prefill"] = False
         self.llm = None
         self.llm = self._start(path, dtype, seed, engine, cpu_kv_cache_gib)
+        self.path = str(path)
         model_dtype = getattr(getattr(self.llm.llm_engine, "model_config", None), "dtype", None)
         self.dtype = str(model_dtype).replace("torch.", "") if model_dtype is not None else dtype
         context = self.llm.llm_engine.model_config.max_model_len
@@ -331,6 +332,22 @@ class VLLMGenerator(_Base):
         if progress is not None:
             progress(len(prompts))
         return results
+
+    def can_reload(self) -> bool:
+        """Whether `reload` can serve: a live engine whose vLLM has `collective_rpc` (V1) and `reset_prefix_cache`."""
+        return self.llm is not None and all(callable(getattr(self.llm, name, None))
+                                            for name in ("collective_rpc", "reset_prefix_cache"))
+
+    def reload(self, path: str) -> None:
+        """`path`'s weights into this engine, in place, on every worker (engines.py says when that is allowed):
+        vLLM's `reload_weights` reads the checkpoint from disk in its own format, then the prefix cache is reset
+        because its KV blocks were computed with the old weights."""
+        if not self.can_reload():
+            raise LzeBenchError("this vLLM generator cannot reload weights (closed, or a vLLM without "
+                                "collective_rpc); load a new one")
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(path), "is_checkpoint_format": True})
+        self.llm.reset_prefix_cache()
+        self.path = str(path)
 
     def close(self) -> None:
         llm, self.llm = self.llm, None

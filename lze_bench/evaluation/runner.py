@@ -8,9 +8,10 @@ Order of one command: compose and check the config; find the targets; load
 and check every benchmark's rows (so a missing or malformed file fails before
 any model loads); then per target (checkpoint): skip it if every benchmark is
 already finished with these settings, else load the generator, evaluate each
-unfinished benchmark, write its files, shut the engine down (generator.close,
-before the next checkpoint's engine starts) and append the run's
-evals.parquet rows. Outputs and the "finished" rule: outputs.py; the settings
+unfinished benchmark, write its files and append the run's evals.parquet
+rows. A vLLM engine stays up for the next checkpoint when it has the same
+architecture and tokenizer, and reloads its weights in place (engines.py);
+otherwise it is shut down before the next one starts (generator.close). Outputs and the "finished" rule: outputs.py; the settings
 key: settings.py. One Grader (process pool) serves the whole command.
 
 With `generation.data_parallel_size=D > 1`, D replicas evaluate different
@@ -36,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import sys
 import time
 import zlib
 from dataclasses import dataclass
@@ -181,17 +183,36 @@ def load_suite(options, settings: dict) -> dict[str, list[dict]]:
 def evaluate_targets(targets: list[Target], options, per_seed: list[dict], data: dict, show: bool) -> list[dict]:
     from lze_bench.grading import Grader
 
+    from lze_bench.evaluation.engines import EngineSlot
+    from lze_bench.evaluation.generation import load_generator
+
+    def load(path: str):
+        return load_generator(path, backend=options.generation.backend, device=options.device,
+                              dtype=options.generation.dtype, batch_size=options.generation.batch_size,
+                              use_chat_template=options.eval.use_chat_template, seed=per_seed[0]["seed"],
+                              engine=options.generation)
+
     entries: list[dict] = []
     grading = options.grading
+    slot = EngineSlot(load)
     with Grader(timeout_s=grading.timeout_s, workers=grading.workers, mode=options.eval.grading) as grader, \
             _progress(show) as progress:
-        for target in targets:
-            # one process per results folder: two evals of the same checkpoint and settings would race on its files
-            with _hold_results(target, per_seed):
-                done = evaluate_target(target, options, per_seed, data, grader, progress)
-            entries += done
-            if options.run:
-                append_to_run(Path(options.run), target.step, target.checkpoint, done)
+        try:
+            for target in targets:
+                # one process per results folder: two evals of the same checkpoint and settings would race on its
+                # files
+                with _hold_results(target, per_seed):
+                    done = evaluate_target(target, options, per_seed, data, grader, progress, slot)
+                entries += done
+                if options.run:
+                    append_to_run(Path(options.run), target.step, target.checkpoint, done)
+        finally:
+            slot.close()
+    if slot.reloads:
+        line = f"{slot.starts} engine start(s), {slot.reloads} weight reload(s) for {len(targets)} checkpoint(s)"
+        logger.info(line)
+        if show:
+            print(line, file=sys.stderr)
     return entries
 
 
@@ -208,9 +229,10 @@ def _hold_results(target: Target, per_seed: list[dict]):
         yield
 
 
-def evaluate_target(target: Target, options, per_seed: list[dict], data: dict, grader, progress) -> list[dict]:
-    """Every seed x benchmark of one checkpoint not finished yet, with one engine; returns every entry
-    (seed-major) and, with several seeds, writes their aggregate (seeds.py)."""
+def evaluate_target(target: Target, options, per_seed: list[dict], data: dict, grader, progress, slot) -> list[dict]:
+    """Every seed x benchmark of one checkpoint not finished yet, with one engine (`slot`'s: a vLLM engine of the
+    previous checkpoint with the same architecture and tokenizer reloads this one's weights, engines.py); returns
+    every entry (seed-major) and, with several seeds, writes their aggregate (seeds.py)."""
     names = list(options.eval.benchmarks)
     folders = {settings_key(s): results_dir(target.out_dir, settings_key(s)) for s in per_seed}
     summaries = {key: read_summary(folder) for key, folder in folders.items()}
@@ -223,12 +245,7 @@ def evaluate_target(target: Target, options, per_seed: list[dict], data: dict, g
         if skipped:
             logger.info("%s: already evaluated with settings %s: %s", target.checkpoint, key, ", ".join(skipped))
     if any(todo.values()):
-        from lze_bench.evaluation.generation import load_generator
-
-        generator = load_generator(target.path, backend=options.generation.backend, device=options.device,
-                                   dtype=options.generation.dtype, batch_size=options.generation.batch_size,
-                                   use_chat_template=options.eval.use_chat_template, seed=per_seed[0]["seed"],
-                                   engine=options.generation)
+        generator = slot.get(target.path)
         try:
             check_answer_room(generator, {name: data[name] for key in todo for name in todo[key]}, options.eval,
                               target.checkpoint)
@@ -239,8 +256,11 @@ def evaluate_target(target: Target, options, per_seed: list[dict], data: dict, g
                                                grader, progress)
                     summaries[key][name] = {**entry, "settings_key": key}
                     write_summary(folders[key], summaries[key])
-        finally:
-            generator.close()  # the engine (and its GPU memory) is gone before the next checkpoint loads
+        except BaseException:
+            slot.close()  # a failed checkpoint leaves no engine behind for the next one
+            raise
+        if generator.name != "vllm":
+            slot.close()  # a transformers model is cheap to load: its memory is not held between checkpoints
     entries = [summaries[settings_key(s)][name] for s in per_seed for name in names]
     if len(per_seed) > 1:
         from lze_bench.evaluation.seeds import aggregate_target
