@@ -9,6 +9,7 @@ skip there (and are deselected anyway); they were last run on the machine named 
   (docs/design.md, "On a GPU"); this test is what would catch a kernel that breaks the equality.
 - A killed CUDA run resumes to the unbroken run's ledger, as on CPU.
 - `lze-bench eval device=cuda` records the dtype that ran (bfloat16 for `auto`) and repeats its sampled answers.
+- Every selector trains on the GPU (astral also with its learned head), recording the GPU it ran on.
 - Greedy float32 answers of the trained tiny policy on CUDA equal those on CPU (TF32 is off for float32 matmuls),
   so a checkpoint's greedy eval does not depend on where it ran.
 """
@@ -137,3 +138,33 @@ def test_eval_command_on_cuda_records_bfloat16_and_repeats_its_samples(cuda_runs
             got.append([json.loads(line)["response"] for line in (path.parent / "gsm8k.jsonl").read_text().splitlines()])
         responses.append(got)
     assert responses[0] == responses[1]
+
+
+# selectors whose defaults need more than the tiny run offers (as in tests/test_train_local.py)
+SMALL = {"astral": ["selector.ref_size=4", "selector.buffer_size=4"], "dapo": ["selector.max_gen_batches=2"]}
+TRAINED_HEAD = ["selector=astral", "selector.predictor=trained", "selector.ref_size=6", "selector.buffer_size=8",
+                "backend.predictor.labeler_steps=[2,3]", "backend.predictor.sft_questions=16",
+                "backend.predictor.ref_candidates=24", "backend.predictor.samples=2", "backend.predictor.epochs=2",
+                "backend.predictor.hidden_size=32"]
+
+
+def _selectors() -> list[str]:
+    from lze_bench.config import group_options
+
+    return sorted(group_options("selector"))
+
+
+@pytest.mark.parametrize("name", [*_selectors(), "astral-trained"])
+def test_every_selector_trains_on_cuda(cuda_runs, tmp_path, name):
+    """Each selector's features (hive's entropies, astral's embeddings and learned head, ...) on the GPU: 3 steps
+    finish with a full ledger, and the run records the GPU it computed on."""
+    import yaml
+
+    _, _, cache = cuda_runs
+    extra = TRAINED_HEAD if name == "astral-trained" else [f"selector={name}", *SMALL.get(name, [])]
+    run_dir = tmp_path / name
+    _ok(_train(run_dir, cache, "trainer.steps=3", *extra))
+    ledger = read_ledger(run_dir)
+    assert ledger["step"].tolist() == [0, 1, 2] and (ledger["flops_total"] > 0).all()
+    machine = yaml.safe_load((run_dir / "config.yaml").read_text())["machine"]
+    assert machine["device"] == "cuda" and machine["gpu"]
