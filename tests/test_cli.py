@@ -67,8 +67,13 @@ def test_version():
     assert result.exit_code == 0 and result.output.strip() == f"lze-bench {__version__}"
 
 
-def test_shell_completion_script_and_override_completion():
-    script = runner.invoke(app, ["--show-completion", "bash"], prog_name="lze-bench")
+def test_shell_completion_script_and_override_completion(monkeypatch):
+    import typer.completion
+
+    # typer's --show-completion is a flag that detects the user's shell from the process tree (shellingham), which
+    # fails where no shell is an ancestor (a detached job): the user's shell is bash here
+    monkeypatch.setattr(typer.completion, "_get_shell_name", lambda: "bash")
+    script = runner.invoke(app, ["--show-completion"], prog_name="lze-bench")
     assert script.exit_code == 0 and "_LZE_BENCH_COMPLETE=complete_bash" in script.output
 
     def complete(words: str) -> list[str]:
