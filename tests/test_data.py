@@ -155,6 +155,19 @@ def test_missing_local_file_falls_back_to_hub_with_a_clear_error(tmp_path, monke
     # offline: CI has no route to the hub, and a blocked connection only fails after its timeouts
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    # the libraries read those variables once, at import: where an earlier test imported them, the module
+    # constants decide (else the hub is tried for real, ~20 s of timeouts)
+    import importlib
+
+    for module, names in (("huggingface_hub.constants", ["HF_HUB_OFFLINE"]),
+                          ("datasets.config", ["HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"])):
+        try:
+            loaded = importlib.import_module(module)
+        except ImportError:
+            continue
+        for name in names:
+            if hasattr(loaded, name):
+                monkeypatch.setattr(loaded, name, True)
     with pytest.raises(LzeBenchError) as info:
         load_benchmark("math500", root=str(tmp_path))  # empty root: not there, so the hub is tried
     message = str(info.value)

@@ -233,8 +233,11 @@ def test_a_second_sweep_on_a_polling_sweep_directory_is_refused_in_one_line(tmp_
     sweep_dir = tmp_path / "sw"
     args = ["sweep", "seed=0", *BROKEN, f"sweep_dir={sweep_dir}"]
     code = "import sys\nfrom lze_bench.cli import app\nsys.argv[0] = 'lze-bench'\napp()\n"
+    # SIGINT restored to its default in the child: a shell's background job starts with it ignored, and the
+    # sweep would then sleep out its 60 s poll
     first = subprocess.Popen([sys.executable, "-c", code, *args, "poll_s=60"], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"})
+                             stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"},
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while not any(job.get("attempts") for job in (load_manifest(sweep_dir) or {"jobs": {}})["jobs"].values()):
