@@ -92,8 +92,8 @@ class MoppsSelector(Selector):
         # alpha and beta side by side, one row per prompt: `sample` gathers both of a candidate in one random
         # read (at 10^6 candidates in a shuffled order the gathers cost as much as a sort); `alpha` and `beta`
         # are views of its columns
-        self.params = np.empty((self.num_prompts, 2))
-        self.params[:, 0], self.params[:, 1] = float(self.config.prior_alpha), float(self.config.prior_beta)
+        self.params = np.column_stack([np.full(self.num_prompts, float(self.config.prior_alpha)),
+                                       np.full(self.num_prompts, float(self.config.prior_beta))])
         self.observed = np.zeros(self.num_prompts, dtype=bool)  # rolled out at least once (`sample`'s fast path)
 
     @property
@@ -164,6 +164,6 @@ class MoppsSelector(Selector):
         return {"alpha": self.alpha.copy(), "beta": self.beta.copy(), "observed": self.observed.copy()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.params = np.stack([np.asarray(state["alpha"], dtype=np.float64),
-                                np.asarray(state["beta"], dtype=np.float64)], axis=1)
+        self.params = np.column_stack([np.asarray(state["alpha"], dtype=np.float64),
+                                       np.asarray(state["beta"], dtype=np.float64)])
         self.observed = np.asarray(state["observed"], dtype=bool).copy()
