@@ -257,6 +257,35 @@ def replay(
     replay_module.run_replay(rollouts, cfg, out)
 
 
+@app.command(cls=ConfigCommand, context_settings=EXTRA_ARGS)
+@friendly_errors
+def label(
+    ctx: typer.Context,
+    out: Path = typer.Option(..., "--out", help="The labels file to write (JSON; give it as selector.labels=FILE)."),
+    samples: int = typer.Option(64, "--samples", help="Rollouts per train prompt (AdaRFT: robust from 64)."),
+    reference: str = typer.Option("labeler", "--reference",
+                                  help="labeler: ASTRAL's last labelling model (not the policy); policy: the run's "
+                                       "initial policy for `seed`."),
+):
+    """Make AdaRFT's difficulty labels, 100 x (1 - pass rate), from a reference model's rollouts (local backend).
+
+    The file records the rollouts' FLOPs: a run that reads it is charged them as offline FLOPs.
+    Example: lze-bench label task.num_train=128 --out labels.json; then
+    lze-bench train selector=adarft selector.labels=labels.json task.num_train=128
+    """
+    cfg = _compose("train", overrides(ctx))
+    if cfg.backend.name != "local":
+        raise LzeBenchError(f"lze-bench label: backend={cfg.backend.name} has no labeller; labels are made on "
+                            "backend=local (the file then serves either backend's runs of the same data)")
+    from lze_bench.backends.local.labels import make_labels
+    from lze_bench.config import to_objects
+
+    record = make_labels(to_objects(cfg), out, samples=samples, reference=reference)
+    rates = record["columns"]["pass_rate"]
+    typer.echo(f"labels: {out} ({record['prompts']} prompts x {samples} samples, mean pass rate "
+               f"{sum(rates) / len(rates):.3f}, {record['flops']:.3e} FLOPs charged to runs that read it)")
+
+
 @app.command(context_settings=EXTRA_ARGS)
 @friendly_errors
 def bench(

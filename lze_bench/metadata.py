@@ -9,7 +9,8 @@ training. Two sources:
   the data: "external, not charged";
 * a labels file a selector names (`selector.labels=FILE`, adarft and sec), JSON
   `{"columns": {"difficulty": [N numbers]}, "flops": F | null, "source": "how it was made"}`. A label that
-  cost compute to make (AdaRFT's difficulty from a reference model's rollouts) declares it in `flops`;
+  cost compute to make (AdaRFT's difficulty from a reference model's rollouts; `lze-bench label` makes
+  them on the local backend and measures it, lze_bench/backends/local/labels.py) declares it in `flops`;
   a run whose selector reads it books F as offline FLOPs in `offline_flops.json` (the `(+offline)`
   report rows, as ASTRAL's head; lze_bench/report/offline.py); `flops: null` is external, not charged.
   The file is named by the selector, not the task, so runs of other selectors neither load nor pay for it.
@@ -109,10 +110,10 @@ class PromptMetadata:
             meta.add(name, values, f"task {task_name}")
         path = getattr(selector_cfg, "labels", None)
         if path:
-            meta.add_labels(path)
+            meta.add_labels(path, rows)
         return meta
 
-    def add_labels(self, path: str) -> None:
+    def add_labels(self, path: str, rows: list[dict] | None = None) -> None:
         """Read a labels file (module docstring); its columns replace the dataset's of the same name."""
         where = f"selector.labels={path}"
         try:
@@ -125,6 +126,14 @@ class PromptMetadata:
         columns = record.get("columns") if isinstance(record, dict) else None
         if not isinstance(columns, dict) or not columns:
             raise LzeBenchError(f'{where}: needs an object "columns" mapping a name to one value per prompt')
+        made_for = record.get("train_fingerprint")
+        if made_for and rows is not None:  # `lze-bench label` records the data it labelled: same count is not enough
+            from lze_bench.fingerprint import fingerprint
+
+            if fingerprint(rows) != made_for:
+                raise LzeBenchError(f"{where}: labels made for another train split ({made_for.get('rows')} prompts, "
+                                    "sha256 " + str(made_for.get("sha256"))[:12] + "); make them for this task's "
+                                    "settings with lze-bench label")
         flops = record.get("flops")
         if flops is not None and not (isinstance(flops, (int, float)) and math.isfinite(flops) and flops >= 0):
             raise LzeBenchError(f'{where}: "flops" must be a number >= 0 (the labels\' cost) or null (external)')

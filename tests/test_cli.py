@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from lze_bench.cli import app
 
 runner = CliRunner()
-COMMANDS = ("train", "eval", "grade", "sweep", "report", "replay", "bench", "selectors")
+COMMANDS = ("train", "eval", "grade", "sweep", "report", "replay", "bench", "selectors", "label")
 
 
 def test_help_lists_every_command():

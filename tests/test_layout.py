@@ -20,9 +20,10 @@ LAYERS = [
     ["__init__", "errors"],  # the version; LzeBenchError
     ["registry", "jsonl", "rundir", "flops", "data_order", "rollout_store", "budget", "hub", "preemption"],
     # plumbing on errors alone (preemption: Slurm's warning signal, recorded)
-    ["tracking", "metadata"],  # experiment trackers (their config schema is part of config); per-prompt columns
-    ["grading", "ledger", "config", "runlock", "fingerprint"],  # the one grading function; the ledger schema;
-    # config; run-dir locks; the run's data fingerprint
+    ["tracking", "fingerprint"],  # experiment trackers (their config schema is part of config); the run's data
+    # fingerprint
+    ["metadata", "grading", "ledger", "config", "runlock"],  # per-prompt columns (a labels file names the data it
+    # labelled by its fingerprint); the one grading function; the ledger schema; config; run-dir locks
     ["benchmarks", "selectors", "launchers"],  # plug-ins described by config: datasets, selectors, launchers
     ["data", "step_rounds", "replay", "predictor"],  # rows by benchmark name; selection rounds; replay;
     # ASTRAL's learned head (torch: the selector's NumPy side is in selectors)

@@ -106,3 +106,61 @@ def test_openrlhf_actor_builds_the_selector_from_the_columns_the_launcher_record
     cfg.selector.column = "subject"
     with pytest.raises(LzeBenchError, match=r"selector.column='subject'.*it has: level"):
         write_metadata(cfg, rows, tmp_path)  # refused before any cluster starts
+
+
+def test_labels_made_from_rollouts_are_charged_to_the_run_that_reads_them_and_dataset_labels_are_not(tmp_path):
+    """`lze-bench label` rolls out a reference model on the train prompts and writes AdaRFT's difficulty with the
+    rollouts' FLOPs; an adarft run reading the file books them (offline_flops.json, the report's `(+offline)`
+    rows); a run on the task's own level records "external, not charged" and books nothing."""
+    from typer.testing import CliRunner
+
+    from lze_bench.cli import app
+    from lze_bench.flops import FlopModel
+    from lze_bench.report.offline import offline_flops
+    from tiny_run import TINY_TRAIN
+
+    runner = CliRunner()
+    common = [*TINY_TRAIN, f"backend.cache_dir={tmp_path / 'cache'}", "trainer.steps=1"]
+    out = tmp_path / "labels.json"
+    made = runner.invoke(app, ["label", *common, "--reference", "policy", "--samples", "3", "--out", str(out)])
+    assert made.exit_code == 0, made.output + repr(made.exception)
+    record = json.loads(out.read_text())
+    rate, difficulty = (np.asarray(record["columns"][k]) for k in ("pass_rate", "difficulty"))
+    assert rate.shape == (64,) and np.allclose(difficulty, 100 * (1 - rate))
+    assert np.all(np.isin(np.round(rate * 3), [0, 1, 2, 3]))  # a share of 3 graded samples
+    # the rollouts' FLOPs by the project's FLOP model: between prompts alone and prompts + max_new_tokens each
+    from lze_bench.backends.local.heldout import encode_prompts
+    from lze_bench.backends.local.model import load_policy
+    from lze_bench.config import compose, to_objects
+    from lze_bench.tasks.synthetic import load_split
+
+    cfg = to_objects(compose("train", common))
+    model, tokenizer = load_policy(record["reference"]["dir"], "cpu")
+    prompt_tokens = np.repeat([len(p) for p in encode_prompts(tokenizer, [r["problem"] for r in load_split("train", cfg.task)])], 3)
+    flop_model = FlopModel.from_torch_model(model)
+    low, high = (flop_model.generation(prompt_tokens, np.full(prompt_tokens.size, n)) for n in (1, 16))
+    assert low <= record["flops"] <= high
+
+    charged, own = tmp_path / "charged", tmp_path / "own"
+    for run_dir, extra in ((charged, [f"selector.labels={out}"]), (own, [])):
+        result = runner.invoke(app, ["train", *common, "selector=adarft", f"run_dir={run_dir}", *extra])
+        assert result.exit_code == 0, result.output + repr(result.exception)
+    assert offline_flops(charged) == record["flops"] and offline_flops(own) == 0.0
+    assert not (own / "offline_flops.json").exists()
+    columns = {d: json.loads((d / "prompt_metadata.json").read_text())["columns"] for d in (charged, own)}
+    assert columns[charged]["difficulty"]["charge"] == f"offline, {record['flops']:.6g} FLOPs"
+    assert columns[charged]["difficulty"]["values"] == pytest.approx(difficulty.tolist())
+    assert columns[own]["difficulty"]["charge"] == columns[own]["level"]["charge"] == "external, not charged"
+
+
+def test_labels_made_for_other_data_are_refused_in_one_line(tmp_path):
+    rows = [{"id": i, "problem": f"{i}+1", "answer": str(i + 1)} for i in range(3)]
+    from lze_bench.fingerprint import fingerprint
+
+    path = tmp_path / "labels.json"
+    path.write_text(json.dumps({"columns": {"difficulty": [1, 2, 3]}, "flops": 5.0,
+                                "train_fingerprint": fingerprint(rows[::-1])}))
+    with pytest.raises(LzeBenchError, match=r"selector.labels=.*labels made for another train split.*lze-bench label"):
+        PromptMetadata.for_run(rows, "synthetic", OmegaConf.create({"labels": str(path)}))
+    path.write_text(json.dumps({"columns": {"difficulty": [1, 2, 3]}, "flops": 5.0, "train_fingerprint": fingerprint(rows)}))
+    assert PromptMetadata.for_run(rows, "synthetic", OmegaConf.create({"labels": str(path)})).offline_flops(["difficulty"]) == 5.0

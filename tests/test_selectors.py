@@ -396,3 +396,21 @@ def test_bench_selectors_measures_every_selector(tmp_path):
         assert row["x sort"] >= 0  # the step in units of np.sort(10^6) on the same machine
     assert {row["selector"]: row["batch"] for row in rows if row["selector"] in ("mopps", "adarft", "sec")} == {
         "mopps": 18, "adarft": 18, "sec": 18}  # B = N/16: mopps' pool of 16 B; adarft, sec choose B of all N
+
+
+def test_bench_selectors_history_full_times_every_selector_after_seeing_every_prompt():
+    """`history=full` observes every prompt once before the timed steps (mopps then draws a Beta for each
+    candidate, its costliest state); an unknown history is one line naming the key."""
+    from typer.testing import CliRunner
+
+    from lze_bench.bench.selectors import Pool, make_selector, observe_all
+    from lze_bench.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "selectors", "sizes=300", "repeats=1", "warmup=0", "history=full"])
+    assert result.exit_code == 0, result.output
+    assert "then one observation of every prompt (history=full)" in " ".join(result.output.split())
+    sel = make_selector("mopps", 300)
+    observe_all(sel, Pool(300, 8, 4, 0), 0)
+    assert sel.observed.all() and (sel.alpha + sel.beta == 2 + 8).all()  # prior 1 + 1, then 8 rollouts each
+    bad = CliRunner().invoke(app, ["bench", "selectors", "sizes=300", "history=some"])
+    assert bad.exit_code == 2 and "history='some' is unknown; use one of warm, full" in bad.output

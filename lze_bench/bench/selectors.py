@@ -21,7 +21,10 @@ part of a step here.
 Goal: < 50 ms per step at 10^6 prompts on one core for the
 selectors that score recorded statistics (all but astral's round start).
 
-Options: sizes=10000,100000,1000000 repeats=3 samples=8 warmup=2
+`history=full` then observes every prompt once (untimed) before the timed steps: the state after a
+pass over the data, the most expensive for mopps (a Beta draw, not a uniform, for every prompt seen).
+
+Options: sizes=10000,100000,1000000 repeats=3 samples=8 warmup=2 history=warm|full
 selectors=NAME,NAME embed_dim=64 seed=0.
 """
 
@@ -37,6 +40,7 @@ from lze_bench.registry import BENCH_COMMANDS, SELECTORS
 
 GOAL_MS = 50.0
 SORT_GOAL = 5.0  # a step at 10^6 prompts within 5 np.sort(10^6) of the same machine
+HISTORIES = ("warm", "full")  # what the selector has seen before timing: the warm-up steps only, or every prompt
 
 
 def _ints(text: str, key: str) -> list[int]:
@@ -141,12 +145,28 @@ def one_step(sel, pool: Pool, step: int) -> tuple[np.ndarray, np.ndarray, int]:
     return spans[:, 0], spans[:, 1], int(ids.size)
 
 
-def bench_one(name: str, pool: Pool, warmup: int, repeats: int) -> list[dict]:
+def observe_all(sel, pool: Pool, step: int) -> None:
+    """`history=full`: one untimed observation of every prompt of the pool, as after a pass over the data, so a
+    selector whose cost grows with the prompts it has seen (mopps: one Beta draw per seen candidate instead of
+    a uniform) is timed in its most expensive state."""
+    from lze_bench.selectors.base import RolloutBatch
+
+    ids = np.arange(pool.size, dtype=np.int64)
+    if hasattr(sel, "begin_update"):
+        sel.begin_update()
+    sel.observe(RolloutBatch(prompt_ids=ids, rewards=pool.rewards(ids, step), step=step))
+    if hasattr(sel, "finish_update"):
+        sel.finish_update()
+
+
+def bench_one(name: str, pool: Pool, warmup: int, repeats: int, history: str = "warm") -> list[dict]:
     from lze_bench.selectors.base import step_rng
 
     sel = make_selector(name, pool.size, pool.seed)
     for step in range(warmup):
         one_step(sel, pool, step)
+    if history == "full":
+        observe_all(sel, pool, warmup)
     sel.begin_epoch(1, step_rng(pool.seed, warmup, 2))
     kinds = {"": []} if name != "astral" else {":start": [], ":mid": []}  # round start / mid round
     step = warmup + (warmup % 2 if name == "astral" else 0)
@@ -181,6 +201,9 @@ def bench_selectors(options: dict[str, str]) -> BenchResult:
     samples = max(1, int(options.get("samples", "8")))
     embed_dim = max(1, int(options.get("embed_dim", "64")))
     seed = int(options.get("seed", "0"))
+    history = options.get("history", "warm")
+    if history not in HISTORIES:
+        raise LzeBenchError(f"bench selectors: history={history!r} is unknown; use one of {', '.join(HISTORIES)}")
     names = [n for n in options.get("selectors", ",".join(sorted(SELECTORS))).split(",") if n]
     for name in names:
         SELECTORS[name]  # unknown names fail here, in one line
@@ -191,7 +214,7 @@ def bench_selectors(options: dict[str, str]) -> BenchResult:
             pool = Pool(size, samples, embed_dim, seed)
             for name in names:
                 progress.update(task, description=f"{name} @ {size:,} prompts")
-                rows += bench_one(name, pool, warmup, repeats)
+                rows += bench_one(name, pool, warmup, repeats, history)
                 progress.advance(task)
     sort_ms = sort_reference_ms()
     for row in rows:  # the goal applies at 10^6 prompts to selectors scoring recorded statistics
@@ -203,7 +226,8 @@ def bench_selectors(options: dict[str, str]) -> BenchResult:
         "times in ms of process CPU time (time.process_time: the cost on one core, robust to a shared "
         "machine's time slicing); 'median' over repeats; 'wall' is the best step's wall-clock time",
         f"one step = select_rollout + observe + select_update; best of {repeats} after {warmup} warm-up steps "
-        f"(epoch 1: LZE's top-k path); {samples} samples per prompt; candidates = the whole pool; "
+        f"(epoch 1: LZE's top-k path){' then one observation of every prompt (history=full)' if history == 'full' else ''}"
+        f"; {samples} samples per prompt; candidates = the whole pool; "
         "batch = prompts rolled out (hive and astral roll out half: their budget is N/2)",
         "not timed: building the RolloutBatch and computing features (backend work); astral's predictor "
         "diagnostics (step_metrics, computed when the backend reads them for the ledger)",

@@ -154,7 +154,9 @@ def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: li
         "every trained sequence (and the reference forward with a KL term), F(L) each; train = 3·F(L) per trained "
         "sequence per PPO epoch; select = extra passes a selector asked for. Held-out evals are not training "
         "compute and are not counted. Offline = compute spent before step 0 and in no step (ASTRAL's learned "
-        "predictor: labelling rollouts, encoder passes, head training; offline_flops.json), not in the total. "
+        "predictor: labelling rollouts, encoder passes, head training; AdaRFT's difficulty labels made by "
+        "`lze-bench label`: the reference model's rollouts; offline_flops.json), not in the total; labels that "
+        "come with the data are external, not charged (prompt_metadata.json). "
         "Rounds / step = rollout rounds (one generation call each) per training step. Kept fraction = groups "
         "reaching the actor update / prompts rolled out.",
         "",
