@@ -373,7 +373,11 @@ def describe(cfg, jobs: list[str]) -> list[str]:
     recipe, trainer = cfg.backend.predictor, cfg.trainer
     directory = head_dir(cfg)
     state = "built (reused)" if (directory / INFO_FILE).exists() else "to build before the runs"
-    try:
+    from lze_bench.config import env_data_root
+
+    try:  # counted from a local data root only: a dry run never downloads a dataset
+        if not env_data_root(cfg.data.root):
+            raise LzeBenchError("no data.root")
         questions, source = len(_rows(cfg)), f"the train pool of task={cfg.task.name}"
     except Exception:  # the data is not on this machine: the task's documented size, said so
         questions = POOL_SIZES.get(str(cfg.task.name))

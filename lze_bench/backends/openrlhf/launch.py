@@ -168,6 +168,10 @@ def train(cfg) -> Path:
     from lze_bench.runlock import hold_run_dir
 
     check(cfg)  # a config mistake is reported before a missing package or a job
+    from lze_bench.backends.openrlhf.head_build import require_built, uses_trained_head
+
+    if uses_trained_head(cfg):
+        require_built(cfg)  # the sweep's head step (or `lze-bench head`) builds it; a run never does
     if "SLURM_PROCID" in os.environ:
         return _run_node(cfg)
     from lze_bench.tracking import preflight
