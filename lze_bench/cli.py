@@ -268,7 +268,8 @@ def head(
     `lze-bench sweep` runs this step itself before its runs; use it for a lone `lze-bench train`.
     Example: lze-bench head backend=openrlhf selector=astral selector.predictor=trained ...
     """
-    from lze_bench.backends.openrlhf.head_build import build_head, check_recipe, describe, uses_trained_head
+    from lze_bench.backends.openrlhf.head_build import check_recipe, describe, uses_trained_head
+    from lze_bench.sweep.heads import build_head
 
     cfg = _compose("train", overrides(ctx))
     if not uses_trained_head(cfg):

@@ -6,7 +6,8 @@ sweep then loads it through the same path as `predictor=checkpoint` (head.py: th
 the run's prompts on the policy ranks, `serve_head` projects them and writes `offline_flops.json`, here
 with the build's labelling, encoder and training FLOPs filled in, as on the local backend).
 
-The build (`build_head`), each step's cost counted as offline compute:
+The build (`lze_bench.sweep.heads.build_head`: it labels through lze_bench.evaluation's engines, a floor
+above the backends), each step's cost counted as offline compute:
 1. questions: the run's train pool (the rows `launch.prepare` writes; the same task, data root and
    order), so the reference set the head is trained on is the set the runs select from;
 2. labels: every model of `backend.predictor.labelers` (public HF checkpoints standing in for the
@@ -43,13 +44,9 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
-
-import numpy as np
 
 from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
@@ -204,118 +201,6 @@ def _rows(cfg) -> list[dict]:
     from lze_bench.registry import TASKS
 
     return TASKS[cfg.task.name].load(cfg.task, env_data_root(cfg.data.root))
-
-
-def label(cfg, model: str, rows: list[dict], grader, seed: int) -> tuple[np.ndarray, int]:
-    """(pass rate float32[Q], generation FLOPs) of `model` on the rows, sampled by the engine."""
-    from lze_bench.backends.openrlhf.data import prompt_input
-    from lze_bench.evaluation.generation import Sampling, load_generator
-
-    recipe, trainer = cfg.backend.predictor, cfg.trainer
-    generator = load_generator(str(model), backend=str(recipe.generation), device=str(cfg.device),
-                               dtype=str(recipe.dtype), batch_size=int(recipe.gen_batch_size),
-                               use_chat_template=bool(cfg.backend.apply_chat_template), seed=seed)
-    try:
-        results = generator.generate([prompt_input(r["problem"], str(cfg.backend.prompt)) for r in rows],
-                                     Sampling(n=int(recipe.samples), temperature=float(trainer.temperature),
-                                              top_p=float(trainer.top_p),
-                                              max_new_tokens=int(trainer.max_new_tokens), seed=seed))
-    finally:
-        generator.close()
-    texts, golds, prompt_tokens, response_tokens = [], [], [], []
-    for row, result in zip(rows, results):
-        if len(result.completions) != int(recipe.samples):
-            raise LzeBenchError(f"labeller {model}: {len(result.completions)} responses for a question, "
-                                f"expected backend.predictor.samples={recipe.samples}")
-        for completion in result.completions:
-            texts.append(completion.text)
-            golds.append(str(row["answer"]))
-            prompt_tokens.append(result.prompt_tokens)
-            response_tokens.append(completion.tokens)
-    correct = np.array([1.0 if g.correct else 0.0 for g in grader.grade(texts, golds)], dtype=np.float32)
-    rates = correct.reshape(len(rows), int(recipe.samples)).mean(axis=1)
-    return rates, int(flop_model(str(model)).generation(prompt_tokens, response_tokens))
-
-
-def build_head(cfg) -> Path:
-    """The head directory for this config (`head.pt` + `info.json`), built first if missing (file-locked)."""
-    from filelock import FileLock
-
-    from lze_bench.rundir import atomic_write_json
-
-    check_recipe(cfg)
-    target = head_dir(cfg)
-    if (target / INFO_FILE).exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target.parent / f"{target.name}.lock")):  # released by the OS if the holder dies
-        if (target / INFO_FILE).exists():
-            return target
-        tmp = target.parent / f".tmp-{target.name}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        info = _build(cfg, tmp)
-        atomic_write_json(tmp / INFO_FILE, {"key": target.name, **info})
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(tmp, target)
-    return target
-
-
-def _build(cfg, out: Path) -> dict:
-    from lze_bench.backends.local.predictor import split_questions
-    from lze_bench.grading import Grader
-    from lze_bench.predictor.checkpoint import save_head
-    from lze_bench.predictor.encoder import Encoder
-    from lze_bench.predictor.train import LabelSet, TrainRecipe, evaluate, train_head
-
-    recipe = cfg.backend.predictor
-    rows = _rows(cfg)
-    times, flops, rates = {}, {"labeling": 0}, []
-    start = time.perf_counter()
-    grader = Grader(timeout_s=float(cfg.backend.grade_timeout_s), workers=int(cfg.backend.grade_workers))
-    try:
-        for index, model in enumerate(recipe.labelers):
-            rate, spent = label(cfg, str(model), rows, grader, seed=int(recipe.seed) + index)
-            rates.append(rate)
-            flops["labeling"] += spent
-            log.info("labeller %s: mean pass rate %.3f over %d questions", model, rate.mean(), len(rows))
-    finally:
-        grader.close()
-    times["labeling"] = time.perf_counter() - start
-    start = time.perf_counter()
-    name = str(cfg.selector.predictor_encoder)
-    device = "cuda" if str(cfg.device) in ("cuda", "auto") and _cuda() else "cpu"
-    encoder = Encoder.load(name, name, device)
-    embeddings, flops["encoder"] = encoder.embed([r["problem"] for r in rows])
-    del encoder.model  # frozen and done: free its memory before training the head
-    times["encoder"] = time.perf_counter() - start
-    refs, val = split_questions(len(rows), recipe)
-    labels = LabelSet(embeddings, np.stack(rates), refs, val)
-    train_recipe = TrainRecipe(**{f.name: getattr(recipe, f.name) for f in dataclasses.fields(TrainRecipe)})
-    start = time.perf_counter()
-    head, result = train_head(labels, train_recipe)
-    flops["training"] = result["flops"]
-    times["training"] = time.perf_counter() - start
-    validation = evaluate(head, labels, train_recipe)
-    labelers = [str(m) for m in recipe.labelers]
-    config = {"loss_type": "binary_cross_entropy", "ref_size": train_recipe.ref_size, "learning_rate": recipe.lr,
-              "batch_size": recipe.batch_size, "epochs": recipe.epochs, "lze_bench": {"labelers": labelers}}
-    save_head(head, out / HEAD_FILE, encoder=name, config=config, metrics={"epoch_losses": result["losses"]})
-    log.info("ASTRAL head: %d questions x %d labellers, validation %s", len(rows), len(labelers), validation)
-    return {
-        "encoder": {"name": name, "path": name, "width": int(embeddings.shape[1])},
-        "labelers": labelers, "questions": len(rows), "references": int(refs.size), "held_out": int(val.size),
-        "samples": int(recipe.samples), "generation": str(recipe.generation),
-        "flops": {k: int(v) for k, v in flops.items()}, "label_means": [float(r.mean()) for r in rates],
-        "time_s": {k: round(v, 2) for k, v in times.items()}, "validation": validation,
-        "losses": result["losses"], "recipe": _plain(recipe),
-    }
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def estimate(cfg, questions: int | None) -> dict:
