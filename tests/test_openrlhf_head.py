@@ -176,3 +176,24 @@ def test_a_built_head_of_another_encoder_is_refused_in_one_line(tiny, tmp_path):
     save_head(DifficultyHead(24, 8, 3), directory / HEAD_FILE, encoder="another-encoder")
     line = one_error_line(invoke("train", *overrides, "--dry-run"))
     assert "trained on embeddings of 'another-encoder'" in line and f"not {tiny['encoder']!r}" in line
+
+
+def test_a_sweep_builds_one_head_before_its_runs_and_shares_it(tiny, tmp_path):
+    """Jobs that differ only in seed need one head: the sweep's head step builds it once, before any run."""
+    from lze_bench.backends.openrlhf.head_build import built, head_dir
+    from lze_bench.config import compose
+    from lze_bench.sweep import SweepSpec
+    from lze_bench.sweep.grid import plan_jobs
+    from lze_bench.sweep.heads import head_steps, run_steps
+
+    overrides = [o for o in head_overrides(tiny, tmp_path) if not o.startswith(("run_dir=", "selector"))]
+    astral = [o for o in head_overrides(tiny, tmp_path) if o.startswith("selector.")]
+    spec = SweepSpec(grid={"selector": ["uniform", "astral"], "seed": [0, 1]}, overrides=overrides,
+                     selector_overrides={"astral": astral})
+    plan = plan_jobs(spec, ["launcher=local"], tmp_path / "sweep", name="heads")
+    steps = head_steps(plan)
+    assert len(steps) == 1 and sorted(steps[0].jobs) == ["astral-s0", "astral-s1"]
+    cfg = compose("train", steps[0].overrides)
+    assert not built(cfg)
+    run_steps(plan, steps)
+    assert built(cfg) and head_dir(cfg) == head_dir(compose("train", [*overrides, "selector=astral", *astral, "seed=1"]))
