@@ -8,6 +8,10 @@ yet built, in order, through the sweep's launcher, and waits for it before submi
 `launcher=local` builds in this process, `launcher=slurm` submits one Slurm job with the runs' resources
 (`slurm_parameters`, no array) and waits for its result. A failed build stops the sweep before any run
 is submitted (no run could start without its head). Jobs on another backend or predictor have no step.
+
+The build itself (`build_head`, `label`) is here rather than in the backend because it samples through
+lze_bench.evaluation's generation engines (vLLM at scale), a floor above the backends (tests/test_layout.py);
+what it does and what it books is described in head_build.py's docstring.
 """
 
 from __future__ import annotations

@@ -42,7 +42,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +50,6 @@ from typing import List, Optional
 from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
 
-log = logging.getLogger(__name__)
 
 HEAD_FILE, INFO_FILE = "head.pt", "info.json"
 BUILD_FORMAT = 1  # bump when the build changes, so old heads are not reused
