@@ -5,8 +5,8 @@ once, before the runs that share it (lze_bench/backends/openrlhf/head_build.py).
 only in seed or selector settings other than the encoder share one). `--dry-run` prints each step
 (`head_build.describe`: labellers, encoder, questions, FLOP estimate); a real sweep runs every step not
 yet built, in order, through the sweep's launcher, and waits for it before submitting any run:
-`launcher=local` builds in this process, `launcher=slurm` submits one Slurm job with the runs' resources
-(`slurm_parameters`, no array) and waits for its result. A failed build stops the sweep before any run
+`launcher=local` builds in this process, `launcher=slurm` submits one Slurm job with the runs' resources but
+one GPU (`slurm_parameters`, no array) and waits for its result. A failed build stops the sweep before any run
 is submitted (no run could start without its head). Jobs on another backend or predictor have no step.
 
 The build itself (`build_head`, `label`) is here rather than in the backend because it samples through
@@ -105,6 +105,8 @@ def _slurm(plan, step: HeadStep) -> None:
 
     params = slurm_parameters(plan.launcher, f"{plan.name}-head")
     params.pop("array_parallelism", None)
+    if "gpus_per_node" in params:  # the build is one process on one device: labellers in turn, then the encoder
+        params["gpus_per_node"] = 1
     try:
         executor = submitit.SlurmExecutor(folder=plan.sweep_dir / SUBMITIT / "head", max_num_timeout=0)
     except RuntimeError as exc:
