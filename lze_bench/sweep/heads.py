@@ -5,9 +5,9 @@ once, before the runs that share it (lze_bench/backends/openrlhf/head_build.py).
 only in seed or selector settings other than the encoder share one). `--dry-run` prints each step
 (`head_build.describe`: labellers, encoder, questions, FLOP estimate); a real sweep runs every step not
 yet built, in order, through the sweep's launcher, and waits for it before submitting any run:
-`launcher=local` builds in this process, `launcher=slurm` submits one Slurm job with the runs' resources but
-one GPU (`slurm_parameters`, no array) and waits for its result. A failed build stops the sweep before any run
-is submitted (no run could start without its head). Jobs on another backend or predictor have no step.
+`launcher=local` builds in this process, `launcher=slurm` submits one Slurm job with the runs' resources
+but one GPU (`slurm_parameters`, no array) and waits for its result. A failed build stops the sweep
+before any run is submitted (no run could start without its head). Jobs on another backend or predictor have no step.
 
 The build itself (`build_head`, `label`) is here rather than in the backend because it samples through
 lze_bench.evaluation's generation engines (vLLM at scale), a floor above the backends (tests/test_layout.py);
