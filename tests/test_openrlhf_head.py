@@ -105,7 +105,8 @@ def test_trained_head_is_built_once_in_the_authors_format_and_served_as_the_loca
 
     # the authors' format: `regressor.*` weights and the encoder in config["model_name"], checked on load
     body = torch.load(directory / HEAD_FILE, weights_only=True)
-    assert body["config"]["model_name"] == tiny["encoder"] and body["config"]["lze_bench"]["labelers"] == tiny["labelers"]
+    assert body["config"]["model_name"] == tiny["encoder"]
+    assert body["config"]["lze_bench"]["labelers"] == tiny["labelers"]
     assert all(k.startswith("regressor.") for k in body["model_state_dict"])
     load_head(directory / HEAD_FILE, encoder=tiny["encoder"], embedding_dim=24)
     info = read_info(directory)
@@ -196,4 +197,5 @@ def test_a_sweep_builds_one_head_before_its_runs_and_shares_it(tiny, tmp_path):
     cfg = compose("train", steps[0].overrides)
     assert not built(cfg)
     run_steps(plan, steps)
-    assert built(cfg) and head_dir(cfg) == head_dir(compose("train", [*overrides, "selector=astral", *astral, "seed=1"]))
+    assert built(cfg)
+    assert head_dir(cfg) == head_dir(compose("train", [*overrides, "selector=astral", *astral, "seed=1"]))

@@ -283,7 +283,8 @@ def describe(cfg, jobs: list[str]) -> list[str]:
     known = [cost[k] for k in ("labeling", "encoder", "training")]
     total = "?" if any(v is None for v in known) else f"{sum(known):.3g}"
     missing = f" (no config here for {', '.join(cost['unknown'])})" if cost["unknown"] else ""
-    lines.append(f"  estimated offline FLOPs (upper bound: labelling sequences at backend.max_len={cfg.backend.max_len} "
+    lines.append(f"  estimated offline FLOPs (upper bound: labelling sequences at "
+                 f"backend.max_len={cfg.backend.max_len} "
                  f"tokens, encoder inputs at the prompt budget): {', '.join(parts)}, total {total}{missing}; "
                  "charged to every astral run in its offline_flops.json, never in a ledger")
     return lines
