@@ -286,6 +286,31 @@ def label(
                f"{sum(rates) / len(rates):.3f}, {record['flops']:.3e} FLOPs charged to runs that read it)")
 
 
+@app.command(cls=ConfigCommand, context_settings=EXTRA_ARGS)
+@friendly_errors
+def head(
+    ctx: typer.Context,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the build step and its FLOP estimate; build nothing."),
+):
+    """Build ASTRAL's learned head for `train` overrides (backend=openrlhf, selector.predictor=trained).
+
+    `lze-bench sweep` runs this step itself before its runs; use it for a lone `lze-bench train`.
+    Example: lze-bench head backend=openrlhf selector=astral selector.predictor=trained ...
+    """
+    from lze_bench.backends.openrlhf.head_build import check_recipe, describe, uses_trained_head
+    from lze_bench.sweep.heads import build_head
+
+    cfg = _compose("train", overrides(ctx))
+    if not uses_trained_head(cfg):
+        raise LzeBenchError("lze-bench head builds ASTRAL's head of backend=openrlhf selector=astral "
+                            "selector.predictor=trained; pass those overrides (backend=local builds its own)")
+    check_recipe(cfg)
+    if dry_run:
+        typer.echo("\n".join(describe(cfg, ["this recipe"])))
+        return
+    typer.echo(f"ASTRAL head: {build_head(cfg)}")
+
+
 @app.command(context_settings=EXTRA_ARGS)
 @friendly_errors
 def bench(

@@ -299,6 +299,35 @@ def test_sweep_dry_run_lists_the_recipe_its_budget_checkpoints_and_eval_step():
             "eval=math_suite device=cuda generation.backend=vllm" in result.output)
 
 
+def test_sweep_dry_run_prints_astrals_head_step_and_its_flop_estimate(tmp_path):
+    """The recipe's astral runs its authors' learned head: one head step before the runs, shared by the three astral
+    jobs, with its labellers, encoder and an upper-bound FLOP estimate from lze_bench.flops."""
+    from types import SimpleNamespace
+
+    import yaml
+
+    from lze_bench.backends.openrlhf.head_build import PUBLIC_SHAPES, POOL_SIZES
+    from lze_bench.flops import FlopModel
+
+    result = CliRunner(env={"COLUMNS": "400", "LZE_BENCH_CACHE": str(tmp_path)}).invoke(
+        app, ["sweep", "sweep=qwen25_math_1p5b", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert ("before the runs, head step (selector.predictor=trained, one head shared by astral-s0, astral-s1, "
+            "astral-s2)") in out and "[to build before the runs]" in out
+    spec = yaml.safe_load(RECIPE.read_text())
+    labelers = next(o for o in spec["overrides"] if o.startswith("backend.predictor.labelers="))
+    labelers = labelers.partition("=")[2].strip("[]").split(",")
+    assert f"the policy's prompt): {', '.join(labelers)}" in out
+    assert "frozen encoder: Qwen/Qwen2.5-Math-1.5B-Instruct" in out
+    # the labelling bound: every labeller, every MATH question x 8 samples, each sequence at backend.max_len tokens
+    questions = POOL_SIZES["math"]
+    bound = sum(FlopModel.from_hf_config(SimpleNamespace(**PUBLIC_SHAPES[m])).forward([4096] * (questions * 8))
+                for m in labelers)
+    assert f"questions: {questions:,} = task=math's train pool" in out
+    assert f"labeling {bound:.3g}," in out and "total ?" not in out
+
+
 @pytest.mark.parametrize(
     "installed, message",
     [

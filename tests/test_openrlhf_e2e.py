@@ -317,3 +317,61 @@ def test_astral_checkpoint_head_loads_the_authors_format_and_predicts_as_the_loc
     ledger = read_ledger(run)
     assert ledger["astral_pred_mae"].notna().all() and ledger["astral_kernel_mae"].notna().all()
     assert int(ledger["flops_select"].sum()) == 0  # the encoder's passes are offline compute, not a step's
+
+
+def test_astral_trained_head_is_built_by_the_head_step_and_served_as_a_checkpoint(world, tmp_path):
+    """selector.predictor=trained: `lze-bench head` (the sweep's head step) labels the pool with two tiny labellers
+    (not the policy) and trains the head; the run refuses to start before it exists, then loads it on the cluster:
+    every round's prediction equals the local backend's serve_head on the same file, encoder and questions, and
+    offline_flops.json books the build's labelling and training FLOPs."""
+    import numpy as np
+    import torch
+    from typer.testing import CliRunner
+
+    from lze_bench.backends.openrlhf.head_build import HEAD_FILE, head_dir, read_info
+    from lze_bench.cli import app
+    from lze_bench.config import compose, to_objects
+    from lze_bench.predictor.encoder import Encoder
+    from lze_bench.predictor.features import serve_head
+    from lze_bench.registry import TASKS
+    from lze_bench.rundir import selector_state_path
+    from lze_bench.selectors.astral_predict import head_predict
+    from lze_bench.selectors.base import load_state
+
+    from lze_cpu_standins.fixtures import save_tiny_policy
+
+    prompts = [harness.PROBLEM.format(i=i) for i in range(4)]
+    labelers = [str(save_tiny_policy(tmp_path / f"labeler{k}", prompts, steps=steps)) for k, steps in ((0, 2), (1, 20))]
+    encoder = str(save_tiny_policy(tmp_path / "encoder", prompts[:1], steps=1, hidden_size=24))
+    run = tmp_path / "run"
+    extra = ("selector.predictor=trained", f"selector.predictor_encoder={encoder}",
+             f"backend.predictor.labelers=[{','.join(labelers)}]", "backend.predictor.generation=hf",
+             "backend.predictor.samples=2", "backend.predictor.ref_candidates=4", "backend.predictor.epochs=2",
+             "backend.predictor.batch_size=4", "backend.predictor.ref_size=4", "backend.predictor.hidden_size=8",
+             f"backend.predictor.cache_dir={tmp_path / 'cache'}", "device=cpu")
+    args = overrides(world, "astral", run, extra)
+    refused = CliRunner().invoke(app, ["train", *args])
+    assert refused.exit_code == 2 and "ASTRAL's head for this recipe is not built" in refused.output
+    built = CliRunner().invoke(app, ["head", *args])
+    assert built.exit_code == 0, built.output
+    ok(run_job(world, "astral", run, extra=extra))
+
+    cfg = to_objects(compose("train", args))
+    directory = head_dir(compose("train", args))
+    info = read_info(directory)
+    questions = [r["problem"] for r in TASKS[cfg.task.name].load(cfg.task, str(world["data"]))]
+    torch.set_num_threads(1)  # as in the Ray actors
+    local = serve_head(directory / HEAD_FILE, Encoder.load(encoder, encoder), questions, None, tmp_path / "local",
+                       "trained", info)
+    ids = np.arange(len(questions))
+    query, key, calibration = local("head_query", ids), local("head_key", ids), local("head_calibration", ids[:0])
+    for steps_done in (1, 3):
+        state = load_state(selector_state_path(run, steps_done))
+        ref = np.asarray(state["ref_ids"], dtype=np.int64)
+        expected = head_predict(query, key[ref], state["y_ref"], calibration, query[ref])[1]
+        np.testing.assert_allclose(state["p_hat"], expected, rtol=0, atol=1e-6)
+    record = json.loads((run / "offline_flops.json").read_text())
+    assert record["predictor"] == "trained" and record["head"] == str(directory / HEAD_FILE)
+    assert record["flops"] == json.loads((tmp_path / "local" / "offline_flops.json").read_text())["flops"]
+    assert record["flops"]["labeling"] == info["flops"]["labeling"] > 0
+    assert record["flops"]["training"] == info["flops"]["training"] > 0

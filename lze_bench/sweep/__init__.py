@@ -156,16 +156,20 @@ def main(args: list[str], dry_run: bool = False) -> None:
     from lze_bench.sweep.grid import plan_jobs
 
     plan = plan_jobs(spec, train_args, sweep_dir.resolve(), name=name)
+    from lze_bench.sweep.heads import describe_steps, head_steps, run_steps
+
+    heads = head_steps(plan)  # ASTRAL's learned head, built once before the runs that share it
     if dry_run:
         from lze_bench.sweep.status import print_plan
         from lze_bench.sweep.submit import sbatch_preview
 
         slurm = plan.launcher.get("name") == "slurm"
         print_plan(plan, sweep_dir, sbatch_preview(plan, len(plan.jobs)) if slurm else None,
-                   then=eval_command(spec, sweep_dir))
+                   then=eval_command(spec, sweep_dir), before=describe_steps(heads))
         return
     from lze_bench.sweep.submit import run_sweep
 
+    run_steps(plan, heads)
     run_sweep(plan, wait=command.wait, poll_s=command.poll_s, command_line=args)
     then = eval_command(spec, sweep_dir)
     if then:

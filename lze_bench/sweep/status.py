@@ -232,9 +232,11 @@ def show_status(sweep_dir: Path, watch: bool = False, every_s: float = 5.0) -> N
             time.sleep(every_s)
 
 
-def print_plan(plan, sweep_dir: Path, sbatch_script: str | None = None, then: str | None = None) -> None:
-    """`--dry-run`: the jobs, their pairing, where each run stops and checkpoints (lze_bench.budget), the eval step
-    that follows (`then`, the recipe's `eval`) and (Slurm) the sbatch script; nothing is written."""
+def print_plan(plan, sweep_dir: Path, sbatch_script: str | None = None, then: str | None = None,
+               before: list[str] = ()) -> None:
+    """`--dry-run`: the jobs, their pairing, where each run stops and checkpoints (lze_bench.budget), the steps
+    that run before them (`before`: ASTRAL's head step, sweep/heads.py), the eval step that follows (`then`,
+    the recipe's `eval`) and (Slurm) the sbatch script; nothing is written."""
     from lze_bench.sweep.manifest import load_manifest
 
     console = Console()
@@ -260,6 +262,9 @@ def print_plan(plan, sweep_dir: Path, sbatch_script: str | None = None, then: st
         console.print(f"P{pair_index[key]} (paired: same data order and warm start): {', '.join(names)}", highlight=False)
     for line, names in compute_plans(plan).items():
         console.print(f"{'every job' if len(names) == len(plan.jobs) else ', '.join(names)}: {line}", highlight=False)
+    for line in before:
+        console.print(f"before the runs, {line}" if not line.startswith(" ") else line, highlight=False,
+                      soft_wrap=True, markup=False)  # "[built (reused)]" is text, not a style tag
     launcher = plan.launcher
     console.print(f"launcher: {launcher.get('name')} (array_parallelism={launcher.get('array_parallelism')}, "
                   f"cpus_per_task={launcher.get('cpus_per_task')}, timeout_min={launcher.get('timeout_min')})", highlight=False)
@@ -304,6 +309,9 @@ def print_eval_plan(plan, sbatch_script: str | None = None) -> None:
                   highlight=False)
     if plan.pending:
         console.print(f"left out (not finished): {', '.join(plan.pending)}", highlight=False)
+    for line in before:
+        console.print(f"before the runs, {line}" if not line.startswith(" ") else line, highlight=False,
+                      soft_wrap=True, markup=False)  # "[built (reused)]" is text, not a style tag
     launcher = plan.launcher
     console.print(f"launcher: {launcher.get('name')} (array_parallelism={launcher.get('array_parallelism')}, "
                   f"gpus_per_node={launcher.get('gpus_per_node', 0)}, cpus_per_task={launcher.get('cpus_per_task')}, "

@@ -19,7 +19,8 @@ Modules, one concern each:
   actor.py       our policy actor: per-step DeepSpeed batch size + the feature passes
   actor_features.py  no-grad entropy / mean-hidden passes run on each policy rank
   features.py    the selector's FeatureFn (hive's entropies, astral's embeddings), booked as flops_select
-  head.py        astral's learned head (predictor=checkpoint): frozen-encoder embeddings on the policy ranks
+  head.py        astral's learned head (predictor=checkpoint|trained): frozen-encoder embeddings on the policy ranks
+  head_build.py  predictor=trained: the sweep's head step (labels by the engine, frozen encoder, authors' recipe)
   accounting.py  ledger rows and FLOPs for the passes OpenRLHF runs
   reward_func.py OpenRLHF's reward hook -> lze_bench.grading in a process pool
   data.py        the prompts JSONL OpenRLHF reads (input + label {id, answer})
@@ -34,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from lze_bench.backends.openrlhf.head_build import HeadBuildConfig
 from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError, missing_dependency
 from lze_bench.registry import BACKENDS
@@ -130,6 +132,9 @@ class OpenRLHFBackendConfig:
     # a command the Ray driver runs under, e.g. [nsys, profile, -o, prof] or [apptainer, exec, image.sif]:
     # the driver command becomes driver_wrapper + [python, -m, lze_bench.backends.openrlhf.entry, ...]
     driver_wrapper: List[str] = field(default_factory=list)
+    # ASTRAL's learned head for selector.predictor=trained: labellers and recipe of the sweep's head step
+    # (head_build.py); unused by every other selector
+    predictor: HeadBuildConfig = field(default_factory=HeadBuildConfig)
 
     def __post_init__(self):
         require(
@@ -197,9 +202,9 @@ class OpenRLHFBackend:
     # trainer.eval_every_flops is refused (command.check): this backend evaluates checkpoints after training
     honours_flop_budget = True
     trainer_defaults = TRAINER_DEFAULTS
-    # selector.predictor values: a trained ASTRAL head is served from its file (head.py); building one from
-    # labelling models (`trained`) is the local backend's only
-    astral_predictors = ("kernel", "checkpoint")
+    # selector.predictor values: a head file is served as is (head.py); `trained` is built once per sweep by
+    # the sweep's head step (head_build.py) and then served as a file
+    astral_predictors = ("kernel", "trained", "checkpoint")
 
     @staticmethod
     def train(cfg):

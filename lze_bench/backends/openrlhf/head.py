@@ -1,4 +1,4 @@
-"""ASTRAL's learned head on backend=openrlhf (`selector.predictor=checkpoint`; selectors.md §3).
+"""ASTRAL's learned head on backend=openrlhf (`selector.predictor=checkpoint|trained`; selectors.md §3).
 
 The head and what it serves are the local backend's (lze_bench.predictor): the
 same file format and checks (`checkpoint.load_head`), the same embeddings
@@ -25,9 +25,11 @@ Launch checks (`check_head`, from command.check, so `--dry-run` reports them
 too): the head file exists and is an ASTRAL head in the authors' format, and
 the encoder it records is `selector.predictor_encoder`; where the encoder's
 config is readable on the launching machine, its width is checked as well
-(else the trainer checks it when it loads the head). `predictor=trained` (a
-head built from labelling models) is the local backend's only: this backend
-refuses it in one line.
+(else the trainer checks it when it loads the head). `predictor=trained`: the
+head is built once per sweep by the sweep's head step (head_build.py) and
+then loaded here as a checkpoint is; the launch check refuses a recipe with
+no labellers or no encoder, checks a head already built as above, and a run
+(not a dry run) refuses to start before the head exists.
 """
 
 from __future__ import annotations
@@ -55,15 +57,18 @@ def check_head(cfg) -> None:
     """Launch-time refusals for a learned-head astral run, one line each (see the module docstring)."""
     if not uses_head(cfg):
         return
-    predictor = str(cfg.selector.predictor)
-    if predictor != "checkpoint":
-        raise LzeBenchError(
-            f"selector.predictor={predictor}: backend=openrlhf does not serve ASTRAL's learned head built from "
-            "labelling models (backend=local does); pass a trained head with selector.predictor=checkpoint "
-            "selector.predictor_path=HEAD.pt selector.predictor_encoder=ENCODER, or use selector.predictor=kernel")
+    if str(cfg.selector.predictor) == "trained":
+        from lze_bench.backends.openrlhf.head_build import HEAD_FILE, check_recipe, head_dir
+
+        check_recipe(cfg)  # labellers and encoder named; the head itself may not be built yet (a dry run)
+        if not (head_dir(cfg) / HEAD_FILE).exists():
+            return
+        path = str(head_dir(cfg) / HEAD_FILE)
+    else:
+        path = str(cfg.selector.predictor_path)
     from lze_bench.predictor.checkpoint import load_head, read_head
 
-    path, encoder = str(cfg.selector.predictor_path), str(cfg.selector.predictor_encoder)
+    encoder = str(cfg.selector.predictor_encoder)
     _, config = read_head(path)
     recorded = config.get("model_name")
     if recorded is not None and str(recorded) != encoder:
@@ -182,7 +187,10 @@ class LazyHeadFeatures:
 
 
 def head_features(cfg, inner, call_actors: Callable, dp_size: int, num_prompts: int) -> LazyHeadFeatures:
-    """The FeatureFn of a `predictor=checkpoint` astral run: `inner` plus the head, served by `serve()`."""
+    """The FeatureFn of a learned-head astral run: `inner` plus the head, served by `serve()`.
+
+    `predictor=trained`: the sweep's head step built the file (head_build.py); it is served exactly as a
+    checkpoint is, with the build's labelling, encoder and training FLOPs booked in `offline_flops.json`."""
     run_dir = Path(cfg.run_dir)
 
     def build():
@@ -190,6 +198,12 @@ def head_features(cfg, inner, call_actors: Callable, dp_size: int, num_prompts: 
 
         questions = read_questions(run_dir / "openrlhf" / QUESTIONS_FILE, num_prompts)
         encoder = ClusterEncoder(str(cfg.selector.predictor_encoder), call_actors, dp_size)
+        if str(cfg.selector.predictor) == "trained":
+            from lze_bench.backends.openrlhf.head_build import HEAD_FILE, read_info, require_built
+
+            directory = require_built(cfg)
+            return serve_head(str(directory / HEAD_FILE), encoder, questions, inner, run_dir, "trained",
+                              read_info(directory))
         return serve_head(str(cfg.selector.predictor_path), encoder, questions, inner, run_dir, "checkpoint", {})
 
     return LazyHeadFeatures(inner, build)

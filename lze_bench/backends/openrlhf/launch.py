@@ -65,7 +65,14 @@ def dry_run(cfg, out=None) -> None:
     out.write(f"# {compute_plan(cfg.trainer)}\n")
     from lze_bench.backends.openrlhf.head import uses_head
 
-    if uses_head(cfg):
+    if uses_head(cfg) and str(cfg.selector.predictor) == "trained":
+        from lze_bench.backends.openrlhf.head_build import describe
+
+        for line in describe(cfg, [Path(paths.run_dir).name]):
+            out.write(f"# {line}\n")
+        out.write(f"# then the frozen encoder {cfg.selector.predictor_encoder} embeds every train prompt on the policy "
+                  "ranks once per start, before the first step; offline compute, in offline_flops.json\n")
+    elif uses_head(cfg):
         out.write(f"# astral's learned head {cfg.selector.predictor_path} (trained elsewhere, checked above): "
                   f"the frozen encoder {cfg.selector.predictor_encoder} embeds every train prompt on the policy ranks "
                   "once per start, before the first step; offline compute, in offline_flops.json, not in the ledger\n")
@@ -89,6 +96,10 @@ def prepare(cfg) -> tuple[RunPaths, list[str]]:
 
     paths = resolve_paths(cfg)
     refuse_finished(paths.run_dir)
+    from lze_bench.backends.openrlhf.head_build import require_built, uses_trained_head
+
+    if uses_trained_head(cfg):
+        require_built(cfg)  # the sweep's head step (or `lze-bench head`) builds it; a run never does
     from lze_bench import preemption
 
     if not preemption.requested():  # a marker left by an earlier, preempted job must not stop this run
@@ -157,6 +168,10 @@ def train(cfg) -> Path:
     from lze_bench.runlock import hold_run_dir
 
     check(cfg)  # a config mistake is reported before a missing package or a job
+    from lze_bench.backends.openrlhf.head_build import require_built, uses_trained_head
+
+    if uses_trained_head(cfg):
+        require_built(cfg)  # the sweep's head step (or `lze-bench head`) builds it; a run never does
     if "SLURM_PROCID" in os.environ:
         return _run_node(cfg)
     from lze_bench.tracking import preflight
