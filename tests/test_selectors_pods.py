@@ -1,4 +1,4 @@
-"""PODS max-variance down-sampling (methods.md §2.3, §5; docs/selectors.md §14) and the per-rollout keep it needs.
+"""PODS max-variance down-sampling (selectors.md §14) and the per-rollout keep it needs.
 
 Pinned by hand on recorded reward batches, then cross-checked against a line-by-line reading of the
 authors' loop (`YixuanEvenXu/pods` @ 187f43b6, `trainer/maxvargrpo_trainer.py:516-524`) on random

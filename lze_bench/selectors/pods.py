@@ -4,7 +4,7 @@ Source: Xu, Savani, Fang, Kolter, "Not All Rollouts are Useful: Down-Sampling
 Rollouts in LLM Reinforcement Learning" (arXiv 2504.13818, TMLR 2026); code
 `YixuanEvenXu/pods` @ 187f43b6: `trainer/maxvargrpo_trainer.py:515-533` (single
 GPU) and `open-r1/src/open_r1/grpo_trainer.py:1103-1135` (multi-GPU, the same
-loop vectorised over prompts). Spec: ../shared/specs/methods.md §2.3, §5.
+loop vectorised over prompts). Rules, defaults and departures: selectors.md §14.
 
 Rule, per group of n rewards:
 - sort the rewards in descending order;
