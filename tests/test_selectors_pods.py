@@ -163,14 +163,39 @@ def test_q1_matches_the_authors_loop_on_random_rewards_with_ties(seed):
 def test_q2_large_groups_and_batches():
     """n = 64 (the paper's GSM8K n), m = 16 and n = 130 (past the 8-bit counts), m = 32, on 0/1 and on levels."""
     rng = np.random.default_rng(5)
-    for n, m in [(64, 16), (130, 32)]:
-        for rewards in [(rng.random((40, n)) < rng.random((40, 1))).astype(np.float32),
-                        rng.integers(0, 3, size=(40, n)) * 0.5]:
+    for n, m in [(64, 16), (126, 20), (130, 32)]:
+        binary = (rng.random((40, n)) < rng.random((40, 1))).astype(np.float32)
+        binary[0], binary[1] = 1, 0  # every count, 0 and n included (8-bit counts up to 126)
+        for rewards in [binary, rng.integers(0, 3, size=(40, n)) * 0.5]:
             expected = np.stack([authors_loop(row, m) for row in rewards])
             assert np.array_equal(max_variance_subset(rewards, m), expected)
 
 
-def test_q3_an_empty_batch_keeps_nothing():
+def test_q3_zero_one_rewards_never_sort_and_other_rewards_never_take_the_zero_one_path(monkeypatch):
+    from lze_bench.selectors import pods
+
+    rng = np.random.default_rng(9)
+    binary = (rng.random((50, 8)) < rng.random((50, 1))).astype(np.float32)
+    levels = binary + 0.5 * (rng.random((50, 8)) < 0.2)
+    expected = {"binary": max_variance_subset(binary, 3), "levels": max_variance_subset(levels, 3)}
+
+    def refuse(*_):
+        raise AssertionError("wrong path")
+
+    monkeypatch.setattr(pods, "_sorted_keep", refuse)
+    assert np.array_equal(max_variance_subset(binary, 3), expected["binary"])
+    assert np.array_equal(max_variance_subset(np.ones((4, 8)), 3), np.tile(np.arange(8) < 3, (4, 1)))  # all correct: no sort either
+    monkeypatch.undo()
+    monkeypatch.setattr(pods, "_binary_keep", refuse)
+    assert np.array_equal(max_variance_subset(levels, 3), expected["levels"])
+    assert np.array_equal(max_variance_subset(np.full((4, 8), 2.0), 3), np.tile(np.arange(8) < 3, (4, 1)))
+
+
+def test_q4_single_rollout_groups_keep_their_rollout():
+    assert decide(np.ones((2, 1))).keep_rollouts.all()  # m = min(2, n) = 1: a group of one trains it (advantage 0)
+
+
+def test_q5_an_empty_batch_keeps_nothing():
     assert max_variance_subset(np.zeros((0, 8), np.float32), 2).shape == (0, 8)
     assert max_variance_subset(np.zeros((0, 8)) + 0.5, 2).shape == (0, 8)
 
