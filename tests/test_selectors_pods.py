@@ -110,6 +110,12 @@ def test_p5_kept_count_maps_the_authors_ratio(n, ratio, m):
     assert (decision.keep_rollouts.sum(axis=1) == m).all()
 
 
+def test_p5b_kept_count_is_a_whole_number_rounded_down():
+    sel = make(down_sample_ratio=5)
+    assert [sel.kept_per_group(n) for n in (12, 14, 16, 40)] == [2, 2, 3, 8]
+    assert all(type(sel.kept_per_group(n)) is int for n in (12, 16))
+
+
 def test_p6_num_kept_overrides_the_ratio_and_more_than_n_is_one_line():
     assert (decide(np.ones((3, 8)), num_kept=5).keep_rollouts.sum(axis=1) == 5).all()
     assert decide(np.ones((3, 8)), num_kept=8).keep_rollouts.all()  # m = n: every rollout

@@ -138,6 +138,9 @@ EQUIVALENT = {
         "n = 127 still fits 8 bits: counts and sorted positions are at most n = 127, scores at most 63 x 64",
     ("pods.py", "small, wide = (np.int8, np.int16) if n < 127 else (np.int64, np.int64)", "127 -> 128"):
         "n = 127 still fits 8 bits: counts and sorted positions are at most n = 127, scores at most 63 x 64",
+    ("pods.py", "square = squares[:, i] + squares[:, n] - squares[:, n - m + i]", "+ -> -"):
+        "the first +: squares[:, n] (a group's Σr² over all n) is one number per group, so -Σ instead of +Σ shifts "
+        "every candidate's score by the same -2mΣ and the chosen i is the same (the other + -> - is killed)",
     ("astral_predict.py", "slope = float(np.dot(centered, y_ref - y_ref.mean())) / variance", "- -> +"):
         "centered sums to 0, so dot(centered, y + m) = dot(centered, y - m) up to rounding (~1e-16)",
 }
