@@ -79,7 +79,7 @@ LEDGER_COLUMNS: dict[str, str] = {
     "cum_time_s": "float64",
     "reward_mean": "float64",  # over every rolled-out response of the step
     "zero_variance_frac": "float64",  # over rolled-out groups
-    "kept_zero_variance": "int64",  # zero-variance groups that still reached the update
+    "kept_zero_variance": "int64",  # zero-variance groups that still reached the update (pods: over the kept rollouts)
     "partial": "bool",  # the selector's generation cap cut the step short
     "heldout_accuracy": "float64",  # NaN on steps without an eval
 }

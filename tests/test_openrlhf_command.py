@@ -203,12 +203,26 @@ def every_selector():
 
 @pytest.mark.parametrize("selector", every_selector())
 def test_dry_run_works_for_every_registered_selector(tmp_path, selector):
+    from lze_bench.backends.openrlhf.command import runnable_selectors
+
+    if selector not in runnable_selectors():
+        pytest.skip(f"{selector} is refused by backend=openrlhf (test_selectors_keeping_rollouts_are_refused_in_one_line)")
     run = tmp_path / "run"
     result = CliRunner().invoke(app, ["train", *recipe_overrides(extra=["launcher=local", f"run_dir={run}",
                                                                         f"selector={selector}"]), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "lze_bench.backends.openrlhf.entry" in result.output and not run.exists()
     assert "whole units of 64 responses" in result.output  # 8 per micro-batch x 8 GPUs
+
+
+def test_selectors_keeping_rollouts_are_refused_in_one_line(tmp_path):
+    run = tmp_path / "run"
+    result = CliRunner().invoke(app, ["train", *recipe_overrides(extra=["launcher=local", f"run_dir={run}",
+                                                                        "selector=pods"]), "--dry-run"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "selector=pods" in lines[0] and "backend=openrlhf" in lines[0], lines
+    assert "not support it yet" in lines[0] and not run.exists()
 
 
 def test_dry_run_cli_prints_exact_command(tmp_path):

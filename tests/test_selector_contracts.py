@@ -86,6 +86,9 @@ class Harness:
             sel.observe(batch)
             decision = sel.select_update(batch, step, step_rng(self.seed, step, TAG_SELECT_UPDATE, round_index))
             assert decision.keep.dtype == bool and decision.keep.shape == (ids.size,)
+            if decision.keep_rollouts is not None:  # a subset of each group's rollouts (pods), never an empty kept group
+                assert sel.keeps_rollouts and decision.keep_rollouts.shape == (ids.size, N_SAMPLES)
+                assert decision.rollout_mask(N_SAMPLES)[decision.keep].any(axis=1).all()
             self.log.append((step, ids.tolist(), decision.keep.tolist(), decision.more, decision.replay.tolist()))
             if decision.more == 0:
                 return

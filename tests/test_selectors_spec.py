@@ -475,6 +475,8 @@ SPEC_DEFAULTS = {
     "adarft": {"column": "difficulty", "labels": None, "target": 0.0, "beta": 0.5, "alpha": 2.0, "eta": 50.0,
                "d_min": 0.0, "d_max": 100.0},
     "sec": {"column": "level", "labels": None, "temperature": 0.4, "lr": 0.5},
+    # selectors.md §14: the authors' n / m = 4 (32/8, 64/16, 128/32) and TRL's epsilon
+    "pods": {"num_kept": None, "down_sample_ratio": 4, "adv_eps": 1e-4},
 }
 SPEC_DEFAULTS["lze_full"] = {**SPEC_DEFAULTS["lze"], "prune_enabled": True}
 

@@ -277,6 +277,7 @@ SELECTOR_OVERRIDES = {
     "mopps": [],
     "adarft": [],
     "sec": [],
+    "pods": [],
 }
 
 
@@ -322,6 +323,49 @@ def test_every_selector_trains_and_books_its_extra_work(tmp_path, cache_dir, nam
         levels = np.asarray(record["columns"]["level"]["values"])[rows["prompt_id"].to_numpy()]
         if name == "adarft":  # T = 0 at step 0: the easiest level
             assert (levels[(rows["step"] == 0).to_numpy()] == 1).all()
+
+
+def test_pods_books_generation_for_every_rollout_and_the_update_for_the_kept_ones(tmp_path, cache_dir):
+    """selector=pods at n = 4 keeps m = 2 rollouts per prompt: the ledger's FLOP split against the rollout log."""
+    from transformers import AutoModelForCausalLM
+
+    from lze_bench.selectors.pods import max_variance_subset
+
+    run_dir = tmp_path / "pods"
+    ok(train(run_dir, cache_dir, "selector=pods", "trainer.steps=2", "trainer.kl_coef=0.01"))
+    ledger, rollouts = read_ledger(run_dir), read_rollouts(run_dir)
+    flop_model = FlopModel.from_torch_model(AutoModelForCausalLM.from_pretrained(run_dir / "checkpoints" / "step_000002"))
+    lengths = prompt_lengths(run_dir)
+    assert (ledger["samples"] == 16).all() and (ledger["groups_kept"] == 4).all()
+    assert (ledger["responses_kept"] == 8).all() and (ledger["responses_trained"] == 8).all()
+    for step, rows in rollouts.groupby("step"):
+        rewards = np.stack(rows["rewards"].to_list())
+        flags = np.stack(rows["kept_rollouts"].to_list())
+        assert np.array_equal(flags, max_variance_subset(rewards, 2)) and rows["kept"].all()
+        seq = np.stack([lengths[pid] + np.asarray(tokens) for pid, tokens in zip(rows["prompt_id"],
+                                                                                 rows["response_tokens"])])
+        trained = seq[flags]
+        assert 0 < trained.size < seq.size
+        row = ledger[ledger["step"] == step].iloc[0]
+        assert row["flops_rollout"] == flop_model.forward(seq.ravel())  # every generated rollout
+        assert row["flops_train"] == flop_model.train(trained)  # the kept ones only
+        assert row["flops_logprob"] == 2 * flop_model.logprob(trained)  # old-policy and reference passes
+        assert row["trained_tokens"] == trained.sum()
+        assert row["generated_tokens"] + row["prompt_tokens"] == seq.sum()
+        kept_rewards = [r[f] for r, f in zip(rewards, flags)]
+        assert row["kept_zero_variance"] == sum(np.ptp(r) == 0 for r in kept_rewards)
+
+
+def test_every_selector_logs_which_rollouts_reached_the_update(tmp_path, cache_dir):
+    """Selectors that decide per group: `kept_rollouts` is `kept` repeated n times (lze's alignment cut aside)."""
+    run_dir = tmp_path / "dapo"
+    ok(train(run_dir, cache_dir, "selector=dapo", "trainer.steps=2", "selector.max_gen_batches=2"))
+    rows = read_rollouts(run_dir)
+    assert [list(flags) == [kept] * len(rewards) for flags, kept, rewards in
+            zip(rows["kept_rollouts"], rows["kept"], rows["rewards"])] == [True] * len(rows)
+    ledger = read_ledger(run_dir)
+    per_step = rows.groupby("step")["kept"].sum().reindex(ledger["step"], fill_value=0).to_numpy()
+    assert ledger["responses_kept"].tolist() == (4 * per_step).tolist()
 
 
 def test_dry_run_prints_config_and_run_dir_and_runs_nothing(tmp_path, cache_dir):

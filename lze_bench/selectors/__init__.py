@@ -19,7 +19,7 @@ from lze_bench.selectors.base import (  # noqa: F401  (public interface)
     top_k,
 )
 
-SELECTOR_MODULES = ("uniform", "dapo", "astral", "hive", "greso", "lze", "mopps", "adarft", "sec")
+SELECTOR_MODULES = ("uniform", "dapo", "astral", "hive", "greso", "lze", "mopps", "adarft", "sec", "pods")
 
 for _module in SELECTOR_MODULES:
     importlib.import_module(f"lze_bench.selectors.{_module}")

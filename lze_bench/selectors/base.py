@@ -164,12 +164,24 @@ class UpdateDecision:
     more     int >= 0     how many more prompts to roll out before updating (DAPO)
     replay   int64[R, 2]  (prompt_id, gen_step) keys of stored groups to add (ASTRAL)
     partial  bool         the selector wanted more but its generation cap was hit
+    keep_rollouts   bool[G, n] or None   which rollouts of each kept group are trained (PODS);
+                    None = all n (every selector that decides per group). A rollout trains iff its
+                    group is kept and its flag is set; the ledger books log-prob, reference and
+                    training passes for those only, generation for every rollout.
+    advantage_stats "kept" | "generated"   where the group's advantage mean and std come from when
+                    `keep_rollouts` is set: the kept rollouts (PODS) or every rollout generated for
+                    the prompt (Reinforce-Ada's `global_stat_est`); without `keep_rollouts` both are all n.
+    advantage_eps   float or None   the std's epsilon for this batch's groups (PODS: 1e-4, as TRL);
+                    None = the trainer's own (grpo.py: 1e-6).
     """
 
     keep: np.ndarray
     more: int = 0
     replay: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
     partial: bool = False
+    keep_rollouts: np.ndarray | None = None
+    advantage_stats: str = "kept"
+    advantage_eps: float | None = None
 
     def __post_init__(self):
         self.keep = np.asarray(self.keep, dtype=bool).reshape(-1)
@@ -177,6 +189,23 @@ class UpdateDecision:
         self.replay = np.asarray(self.replay, dtype=np.int64).reshape(-1, 2)
         if self.more < 0:
             raise ValueError(f"UpdateDecision.more must be >= 0, got {self.more}")
+        if self.keep_rollouts is not None:
+            self.keep_rollouts = np.asarray(self.keep_rollouts, dtype=bool)
+            if self.keep_rollouts.ndim != 2 or self.keep_rollouts.shape[0] != self.keep.size:
+                raise ValueError(f"UpdateDecision.keep_rollouts must be bool[G, n] with G={self.keep.size} "
+                                 f"groups; got shape {self.keep_rollouts.shape}")
+        if self.advantage_stats not in ("kept", "generated"):
+            raise ValueError(f"UpdateDecision.advantage_stats must be 'kept' or 'generated', "
+                             f"got {self.advantage_stats!r}")
+
+    def rollout_mask(self, group_size: int) -> np.ndarray:
+        """bool[G, n]: the rollouts that reach the update (a kept group's flagged rollouts)."""
+        if self.keep_rollouts is None:
+            return np.repeat(self.keep[:, None], int(group_size), axis=1)
+        if self.keep_rollouts.shape[1] != int(group_size):
+            raise ValueError(f"UpdateDecision.keep_rollouts has {self.keep_rollouts.shape[1]} rollouts per group; "
+                             f"the batch has {group_size}")
+        return self.keep[:, None] & self.keep_rollouts
 
     @classmethod
     def keep_all(cls, num_groups: int) -> "UpdateDecision":
@@ -202,6 +231,9 @@ class Selector:
     # True for selectors whose rounds may roll out nothing yet must go on (greso, hive):
     # the backend then calls observe / select_update on the empty batch instead of ending the step
     samples_in_rounds: ClassVar[bool] = False
+    # True for selectors whose decisions keep a subset of a group's rollouts (`UpdateDecision.keep_rollouts`):
+    # a backend that can only train whole groups refuses them (backend=openrlhf, for now)
+    keeps_rollouts: ClassVar[bool] = False
 
     def __init__(self, config=None, *, num_prompts: int, batch_size: int | None = None):
         if int(num_prompts) <= 0:

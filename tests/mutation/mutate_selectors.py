@@ -42,7 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SELECTORS = REPO / "lze_bench" / "selectors"
 SKIP_FILES = {"__init__.py", "stats.py", "topk.py"}
-TESTS = ["tests/test_selectors_curricula.py", "tests/test_selectors_spec.py", "tests/test_selectors.py", "tests/test_selector_contracts.py",
+TESTS = ["tests/test_selectors_pods.py", "tests/test_selectors_curricula.py", "tests/test_selectors_spec.py", "tests/test_selectors.py", "tests/test_selector_contracts.py",
          "tests/test_replay.py", "tests/test_step_rounds.py", "tests/test_selector_kernels.py",
          "tests/test_predictor.py"]
 
@@ -134,6 +134,13 @@ EQUIVALENT = {
      "8192 -> 8193"): "chunk size of a row-wise loop: every chunk computes the same rows (test: rows beyond one chunk)",
     ("astral_predict.py", "return vectors / np.where(norms > 0, norms, 1.0)  # a zero embedding stays zero (similarity 0)",
      "1.0 -> 2.0"): "the divisor is used only for zero rows: 0 / 2 = 0 / 1 = 0",
+    ("pods.py", "small, wide = (np.int8, np.int16) if n < 127 else (np.int64, np.int64)", "< -> <="):
+        "n = 127 still fits 8 bits: counts and sorted positions are at most n = 127, scores at most 63 x 64",
+    ("pods.py", "small, wide = (np.int8, np.int16) if n < 127 else (np.int64, np.int64)", "127 -> 128"):
+        "n = 127 still fits 8 bits: counts and sorted positions are at most n = 127, scores at most 63 x 64",
+    ("pods.py", "square = squares[:, i] + squares[:, n] - squares[:, n - m + i]", "+ -> -"):
+        "the first +: squares[:, n] (a group's Σr² over all n) is one number per group, so -Σ instead of +Σ shifts "
+        "every candidate's score by the same -2mΣ and the chosen i is the same (the other + -> - is killed)",
     ("astral_predict.py", "slope = float(np.dot(centered, y_ref - y_ref.mean())) / variance", "- -> +"):
         "centered sums to 0, so dot(centered, y + m) = dot(centered, y - m) up to rounding (~1e-16)",
 }

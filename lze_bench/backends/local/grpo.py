@@ -17,6 +17,9 @@ their number (token-mean over the whole update, not per micro-batch).
 Choices where the sources differ or are silent:
 - advantages: `A = (r - mean) / (std + 1e-6)` with the unbiased std (verl's
   GRPO estimator); `trainer.scale_rewards=false` gives Dr.GRPO's `r - mean`;
+  a selector that keeps a subset of a group's rollouts (`UpdateDecision.keep_rollouts`)
+  chooses whether mean and std come from the kept subset (PODS, with its own
+  epsilon 1e-4) or from every generated rollout; only the kept ones are trained;
   a zero-variance group has A = 0 and is still trained on when a selector keeps
   it (uniform: identical tokens and FLOPs to plain GRPO);
 - pi_old (`trainer.old_logprob_pass`, default true): as OpenRLHF 0.11.2
@@ -56,6 +59,10 @@ class Group:
     rewards: np.ndarray  # float32[n]
     replayed: bool = False
     train_mask: np.ndarray | None = None  # bool[n]: responses trained (None = all); advantages use all n
+    # bool[n]: the rollouts whose rewards give the advantage mean and std (None = all n): a selector that keeps
+    # a subset with advantage_stats="kept" (PODS) sets it to that subset
+    stats_mask: np.ndarray | None = None
+    adv_eps: float = 1e-6  # the std's epsilon (PODS: 1e-4, its authors' TRL trainer)
 
 
 @dataclass
@@ -72,19 +79,24 @@ class UpdateStats:
     lengths: list = field(default_factory=list)
 
 
-def group_advantages(rewards: np.ndarray, scale: bool) -> np.ndarray:
-    """float32[n]: reward minus the group mean, divided by the group's unbiased std when `scale`."""
+def group_advantages(rewards: np.ndarray, scale: bool, over: np.ndarray | None = None,
+                     eps: float = 1e-6) -> np.ndarray:
+    """float32[n]: reward minus the mean, divided by the unbiased std + `eps` when `scale`.
+
+    The mean and std are over the rollouts `over` flags (None: the whole group), as PODS takes them over
+    its kept subset; every rollout gets an advantage, the caller trains those it keeps."""
     rewards = np.asarray(rewards, dtype=np.float64)
-    centred = rewards - rewards.mean()
-    if scale and rewards.size > 1:
-        centred = centred / (rewards.std(ddof=1) + 1e-6)
+    pool = rewards if over is None else rewards[np.asarray(over, dtype=bool)]
+    centred = rewards - pool.mean()
+    if scale and pool.size > 1:
+        centred = centred / (pool.std(ddof=1) + eps)
     return centred.astype(np.float32)
 
 
 def _flatten(groups: list[Group], scale: bool):
     seqs, plens, advs, mus, replayed = [], [], [], [], []
     for group in groups:
-        adv = group_advantages(group.rewards, scale)
+        adv = group_advantages(group.rewards, scale, group.stats_mask, group.adv_eps)
         trained = np.ones(len(adv), dtype=bool) if group.train_mask is None else group.train_mask
         for response, mu, a, train in zip(group.responses, group.behaviour_logprobs, adv, trained):
             if not train:  # cut after the advantages, as the authors' trainer does (selectors.md §5)

@@ -22,7 +22,15 @@ epochs and caps). Choices of this backend:
   to the selector's `align_mask` after the advantages (authors' trainer,
   selectors.md §5); `groups_kept` stays the selector's choice,
   `responses_kept` / `responses_trained` and the trained tokens and FLOPs
-  book what was trained.
+  book what was trained;
+- a selector that keeps a subset of a group's rollouts (`keep_rollouts`, PODS):
+  every generated rollout is booked in `samples`, the token columns and
+  `flops_rollout`; only the kept ones reach the update, so log-prob, reference
+  and training passes (`flops_logprob`, `flops_train`, `trained_tokens`) are
+  theirs; `responses_kept` counts them, and the rollout log's `kept_rollouts`
+  (one flag per rollout, beside `rewards`) says which they were (`kept` keeps
+  its meaning: the group reached the update). The store keeps the group as
+  generated.
 """
 
 from __future__ import annotations
@@ -110,6 +118,15 @@ class StepRunner:
                              response_entropy=gen.entropy.reshape(len(ids), n))
         return groups, batch
 
+    @staticmethod
+    def _subset(group: Group, decision, row: np.ndarray) -> Group:
+        """The group as the update sees it: with a selector's kept rollouts (PODS) when it chose some."""
+        if decision.keep_rollouts is None:
+            return group
+        stats = row if decision.advantage_stats == "kept" else None
+        eps = group.adv_eps if decision.advantage_eps is None else float(decision.advantage_eps)
+        return dataclasses.replace(group, train_mask=row.copy(), stats_mask=stats, adv_eps=eps)
+
     def _align(self, kept: list, step: int, rolled_out: int) -> list:
         """The kept groups with the responses an `align_mask` selector (lze) leaves for training."""
         align = getattr(self.selector, "align_mask", None)
@@ -118,7 +135,8 @@ class StepRunner:
                                                 step_rng(self.seed, step, TAG_SELECT_UPDATE, ALIGN_ROUND))
         if mask is None:
             return kept
-        return [dataclasses.replace(group, train_mask=row) for group, row in zip(kept, mask) if row.any()]
+        trained = [row if g.train_mask is None else row & g.train_mask for g, row in zip(kept, mask)]
+        return [dataclasses.replace(group, train_mask=row) for group, row in zip(kept, trained) if row.any()]
 
     # --- the step ------------------------------------------------------------------
     def run(self, step: int):
@@ -140,19 +158,25 @@ class StepRunner:
         epoch, partial, replay_keys = selection.epoch, selection.partial, selection.replay_keys()
         fresh, log_rows = [], []
         for round_ in selection.rounds:
-            batch = round_.batch
+            batch, decision = round_.batch, round_.decision
             counters.rewards.append(batch.rewards)
-            for group, keep, tokens, entropy in zip(round_.groups, round_.decision.keep, batch.response_tokens,
-                                                    batch.response_entropy):
-                fresh.append((group, bool(keep)))
+            rollouts = decision.rollout_mask(batch.group_size)
+            for group, keep, row, tokens, entropy in zip(round_.groups, decision.keep, rollouts,
+                                                         batch.response_tokens, batch.response_entropy):
+                fresh.append((group, bool(keep), self._subset(group, decision, row)))
                 log_rows.append({"step": step, "prompt_id": group.prompt_id, "rewards": group.rewards.tolist(),
                                  "response_tokens": tokens.tolist(), "kept": bool(keep), "epoch": epoch,
-                                 "round": round_.index, "response_entropy": entropy.tolist()})
+                                 "round": round_.index, "response_entropy": entropy.tolist(),
+                                 "kept_rollouts": row.tolist()})
         replayed = [self.store.get(pid, gen_step) for pid, gen_step in dict.fromkeys(replay_keys)]
-        for group, _ in fresh:
-            self.store.put(group)
-        selected = [group for group, keep in fresh if keep]
-        kept = self._align(selected, step, counters.rolled_out)
+        for group, _, _ in fresh:
+            self.store.put(group)  # as generated: a replay (ASTRAL) gets every rollout
+        selected = [trained for _, keep, trained in fresh if keep]
+        responses_kept = sum(self.trainer.n_samples if g.train_mask is None else int(g.train_mask.sum())
+                             for g in selected)
+        # a kept group none of whose rollouts was kept trains nothing (and has no advantage statistics)
+        kept = self._align([g for g in selected if g.train_mask is None or g.train_mask.any()], step,
+                           counters.rolled_out)
         train_groups = kept + [Group(g.prompt_id, g.gen_step, g.prompt, g.responses, g.behaviour_logprobs,
                                      g.rewards, replayed=True) for g in replayed]
         warmup = self.cfg.backend.lr_warmup_steps
@@ -164,7 +188,8 @@ class StepRunner:
         time_update = time.perf_counter() - update_start
         flops_select, _ = self.features.take_costs()
         rewards = np.concatenate(counters.rewards) if counters.rewards else np.zeros((0, self.trainer.n_samples))
-        zero_var = lambda r: bool(r.max() <= r.min())  # noqa: E731
+        # zero advantage: the rewards the advantage statistics are taken over are all equal
+        zero_var = lambda g: bool(np.ptp(g.rewards if g.stats_mask is None else g.rewards[g.stats_mask]) == 0)  # noqa: E731
         row = {
             "step": step, "epoch": epoch, "prompts_considered": counters.considered,
             "prompts_rolled_out": counters.rolled_out, "prompts_probed": counters.probed,
@@ -178,10 +203,10 @@ class StepRunner:
             "time_select_s": counters.time_select_s, "time_update_s": time_update,
             "reward_mean": float(rewards.mean()) if rewards.size else float("nan"),
             "zero_variance_frac": zero_variance_fraction(rewards),
-            "kept_zero_variance": sum(zero_var(g.rewards) for g in train_groups),
+            "kept_zero_variance": sum(zero_var(g) for g in train_groups),
             "partial": bool(partial),
             **{name: float("nan") for name in STEP_METRICS}, **self.selector.step_metrics(),
-            "responses_kept": len(selected) * self.trainer.n_samples,
+            "responses_kept": responses_kept,
             "responses_trained": sum(self.trainer.n_samples if g.train_mask is None else int(g.train_mask.sum())
                                      for g in kept),
             # extras (not in LEDGER_COLUMNS): diagnostics of the update

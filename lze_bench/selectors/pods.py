@@ -1,0 +1,189 @@
+"""PODS max-variance down-sampling: generate n rollouts per prompt, train on the m with the largest variance.
+
+Source: Xu, Savani, Fang, Kolter, "Not All Rollouts are Useful: Down-Sampling
+Rollouts in LLM Reinforcement Learning" (arXiv 2504.13818, TMLR 2026); code
+`YixuanEvenXu/pods` @ 187f43b6: `trainer/maxvargrpo_trainer.py:515-533` (single
+GPU) and `open-r1/src/open_r1/grpo_trainer.py:1103-1135` (multi-GPU, the same
+loop vectorised over prompts). Rules, defaults and departures: selectors.md §14.
+
+Rule, per group of n rewards:
+- sort the rewards in descending order;
+- for i = 0 .. m, the candidate subset is the i highest and the m - i lowest;
+  keep the one of largest sample variance. The authors' loop starts from the
+  all-top subset (i = m) and then tries i = 0, 1, ..., m - 1, replacing the best
+  only on a strictly larger variance: ties keep the first found in that order;
+- the kept m get advantages from their own statistics,
+  (r - mean_kept) / (std_kept + 1e-4), std unbiased (torch's `.std()`);
+  the other n - m rollouts are generated (and booked) but never trained.
+It is stateless and chooses no prompts: every candidate up to the budget is
+rolled out and every group reaches the update, zero-variance ones included
+(the authors train them too, with advantage 0; and so does uniform here).
+
+Defaults mapped to the embedded task. The authors always down-sample by
+n / m = 4: 32/8 in `maxvargrpo_config.py:125-132`, 64/16 (GSM8K) and 32/8
+(MATH) in the paper's main runs (`scripts/plot.py:61-83`), 128/32 in
+`open-r1/exp.sh`. Here the backend generates n = `trainer.n_samples` rollouts
+per prompt (the same for every selector of a comparison), so PODS keeps
+m = max(2, n // down_sample_ratio) of them (`num_kept` sets m directly):
+n = 8 keeps 2, n = 16 keeps 4. The paper's own comparison, GRPO with n = m
+against PODS with 4m / m, is `trainer.n_samples=4m selector.num_kept=m`
+against uniform at `trainer.n_samples=m`; the ledger then books the 4x
+generation in full (the paper compares wall-clock, where generation is cheap).
+
+Choices where the code is silent or our interface differs (ours):
+- m >= 2: one kept rollout has no std (torch gives NaN); m is capped at n
+  (m = n keeps every rollout: plain GRPO with PODS's epsilon);
+- equal rewards are ordered by generation index (a stable descending sort),
+  so among tied rollouts the earliest generated are the "highest" and the
+  latest the "lowest"; the authors' `torch.sort` is not stable, which only
+  changes which of several equal-reward responses train, never the kept rewards;
+- the authors' rewards are multi-component (accuracy + format + tag count,
+  `config_pods.yaml`); the embedded task's grader gives 0/1, for which the rule
+  keeps min(correct, ceil(m/2))-ish correct rollouts and fills the rest with wrong
+  ones;
+- the epsilon 1e-4 is TRL's, which the authors' trainer inherits; it applies to
+  the groups PODS keeps (the harness's own epsilon, 1e-6, stays for every other
+  selector), and only when the harness scales rewards (`trainer.scale_rewards`,
+  the open-r1 trainer's `scale_rewards`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from lze_bench.config.schema import require
+from lze_bench.errors import LzeBenchError
+from lze_bench.registry import SELECTORS
+from lze_bench.selectors.base import StatelessSelector, UpdateDecision
+
+
+@dataclass
+class PodsConfig:
+    name: str = "pods"
+    num_kept: Optional[int] = None  # m; null = max(2, n // down_sample_ratio) for n = trainer.n_samples
+    down_sample_ratio: int = 4  # n / m: 32/8 (maxvargrpo_config.py:125-132), 64/16, 32/8 (plot.py), 128/32 (exp.sh)
+    adv_eps: float = 1e-4  # maxvargrpo_trainer.py:533, open-r1 grpo_trainer.py:1133 (TRL's)
+
+    def __post_init__(self):
+        require(self.num_kept is None or self.num_kept >= 2, "selector.num_kept",
+                f"must be >= 2 (one kept rollout has no std) or null, got {self.num_kept}")
+        require(self.down_sample_ratio >= 1, "selector.down_sample_ratio", f"must be >= 1, got {self.down_sample_ratio}")
+        require(self.adv_eps >= 0, "selector.adv_eps", f"must be >= 0, got {self.adv_eps}")
+
+
+def max_variance_subset(rewards: np.ndarray, m: int) -> np.ndarray:
+    """bool[G, n]: per group, the m rollouts the authors' max-variance loop keeps (module docstring).
+
+    Vectorised over groups. Each candidate subset i (the i highest and m - i lowest rewards) is
+    scored by m·Σr² - (Σr)² = m(m-1)·variance, exact for 0/1 rewards (and from prefix sums of the
+    sorted rewards otherwise, exact for small multiples of a power of two), so subsets whose
+    variances are equal tie exactly and the tie goes to the first one the authors try (torch's
+    float32 `var` ties exactly too on 0/1 subsets such as 2 vs 3 correct of 5). 0/1 rewards (the
+    grader's) take a path without a sort: their sorted order follows from the running count of
+    correct rollouts.
+    """
+    rewards = np.asarray(rewards)
+    ones = rewards == 1
+    if np.count_nonzero(ones) + np.count_nonzero(rewards == 0) == rewards.size:
+        return _binary_keep(ones, int(m))
+    return _sorted_keep(rewards.astype(np.float64), int(m))
+
+
+def _authors_loop(score, m: int, groups: int) -> np.ndarray:
+    """int[G]: the i (0..m) the authors keep, `score(i)` -> float[G] being m(m-1) x subset i's variance.
+
+    Their loop, vectorised over groups: start from the all-top subset (i = m), then try i = 0, 1, ...,
+    m - 1 and move only on a strictly larger variance (ties keep the first found)."""
+    best_i = np.full(groups, m, dtype=np.int64)
+    best = score(m)
+    for i in range(m):
+        candidate = score(i)
+        better = candidate > best
+        best = np.where(better, candidate, best)
+        best_i = np.where(better, i, best_i)
+    return best_i
+
+
+def _binary_keep(ones: np.ndarray, m: int) -> np.ndarray:
+    """`max_variance_subset` of 0/1 rewards (`ones` = the correct rollouts), without a sort.
+
+    Sorted descending and stably, a group's k correct rollouts come first in generation order, then
+    its wrong ones; subset i holds min(i, k) correct from the top and max(0, k - (n - m + i)) from
+    the bottom, and with c correct of m, m·Σr² - (Σr)² = c·(m - c). The loops run over columns
+    (n, m + 1), each step vectorised over the G groups: NumPy's row-wise reductions of short rows
+    are several times slower at 10^6 groups.
+    """
+    groups, n = ones.shape
+    # 8-bit counts (16-bit scores, at most (m/2)^2) while n fits: a quarter of the memory traffic of int64
+    small, wide = (np.int8, np.int16) if n < 127 else (np.int64, np.int64)
+    flags = np.ascontiguousarray(ones.T)  # [n, G]: each column a contiguous row
+    before = np.empty((n, groups), dtype=small)  # correct rollouts up to and including column j
+    running = np.zeros(groups, dtype=small)
+    for j in range(n):
+        running += flags[j]
+        before[j] = running
+    correct = running
+
+    def score(i):
+        kept_correct = (np.minimum(i, correct) + np.maximum(0, correct - (n - m + i))).astype(wide)
+        return kept_correct * (m - kept_correct)
+
+    best = _authors_loop(score, m, groups).astype(small)
+    low = (n - m + best).astype(small)
+    keep = np.empty((n, groups), dtype=bool)
+    for j in range(n):
+        # sorted position: a correct rollout's rank among the correct ones; a wrong one's k + its rank among the wrong
+        position = np.where(flags[j], before[j] - 1, correct + (j - before[j]))
+        keep[j] = (position < best) | (position >= low)
+    return keep.T  # a [G, n] view of the column-major flags (rows are read one group at a time)
+
+
+def _sorted_keep(rewards: np.ndarray, m: int) -> np.ndarray:
+    """`max_variance_subset` of any rewards, through a stable descending sort of each group."""
+    groups, n = rewards.shape
+    order = np.argsort(-rewards, axis=1, kind="stable")  # ties by generation index
+    ranked = np.take_along_axis(rewards, order, axis=1)
+    zero = np.zeros((groups, 1))
+    sums = np.concatenate([zero, np.cumsum(ranked, axis=1)], axis=1)
+    squares = np.concatenate([zero, np.cumsum(ranked * ranked, axis=1)], axis=1)
+
+    def score(i):
+        total = sums[:, i] + sums[:, n] - sums[:, n - m + i]
+        square = squares[:, i] + squares[:, n] - squares[:, n - m + i]
+        return m * square - total * total
+
+    best = _authors_loop(score, m, groups)
+    rank = np.arange(n)[None, :]
+    in_sorted = (rank < best[:, None]) | (rank >= n - m + best[:, None])
+    keep = np.empty((groups, n), dtype=bool)
+    np.put_along_axis(keep, order, in_sorted, axis=1)
+    return keep
+
+
+@SELECTORS.add("pods")
+class PodsSelector(StatelessSelector):
+    """PODS: every candidate up to the budget, every group kept, m of its n rollouts trained."""
+
+    Config = PodsConfig
+    name = "pods"
+    keeps_rollouts = True
+
+    def kept_per_group(self, n: int) -> int:
+        """m for groups of n rollouts (module docstring: the mapping of the authors' n / m = 4)."""
+        m = self.config.num_kept if self.config.num_kept is not None else max(2, n // self.config.down_sample_ratio)
+        if self.config.num_kept is not None and m > n:
+            raise LzeBenchError(f"selector.num_kept={m} exceeds the {n} rollouts per prompt (trainer.n_samples); "
+                                f"set selector.num_kept <= {n} or raise trainer.n_samples")
+        return min(m, n)
+
+    def select_rollout(self, candidate_ids, budget, step, rng, features=None):
+        return candidate_ids[:budget]  # the data order is already seeded: PODS picks rollouts, not prompts
+
+    def select_update(self, batch, step, rng):
+        m = self.kept_per_group(batch.group_size)
+        return UpdateDecision(keep=np.ones(batch.num_groups, dtype=bool),
+                              keep_rollouts=max_variance_subset(batch.rewards, m),
+                              advantage_stats="kept", advantage_eps=self.config.adv_eps)
