@@ -124,7 +124,7 @@ class GresoSelector(Selector):
         candidates = np.asarray(candidate_ids, dtype=np.int64).reshape(-1)
         draws = rng.random(candidates.size)  # one uniform per candidate, candidate order
         self.history.cand_step += int(candidates.size)
-        return candidates[self.history.survivors(candidates, draws)][: max(0, int(budget))]  # skip iff u < 1 - keep
+        return np.compress(self.history.survivors(candidates, draws), candidates)[: max(0, int(budget))]  # skip iff u < 1 - keep
 
     # --- backward ------------------------------------------------------------
     def observe(self, batch):

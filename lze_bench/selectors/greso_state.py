@@ -16,12 +16,13 @@ import numpy as np
 
 from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
-from lze_bench.selectors.dapo import cap_rounds, keep_first_informative
+from lze_bench.selectors.dapo import cap_rounds
 from lze_bench.selectors.stats import binary_ones, pass_rates
 
 PER_PROMPT = ("easy_run", "hard_run", "n_obs")
 SCALARS = ("p_easy", "p_hard", "epoch")
 TRANSIENT = ("kept_so_far", "gen_rounds", "last_round", "cand_step", "rolled_step", "solved_step", "failed_step")
+BLOCK = 1 << 16  # records per block of `observe` / `survivors`: their temporaries stay in cache at 10^6 prompts
 
 
 def check_history_config(cfg) -> None:
@@ -65,6 +66,17 @@ def round_estimate(need: int, groups: int, zero: int, first_round: int, margin: 
         return int(first_round), False
     estimate = math.floor(Fraction(margin) * need * groups / (groups - zero))
     return int(estimate), estimate <= first_round
+
+
+def first_informative(informative: np.ndarray, room: int) -> np.ndarray:
+    """dapo's `keep_first_informative` (`informative & (cumsum <= room)`) without the int64 cumsum:
+    the informative groups before the (room + 1)-th one (none if room <= 0), all if there are <= room."""
+    keep = np.array(informative, dtype=bool)
+    if room <= 0:
+        keep[:] = False
+    elif np.count_nonzero(keep) > room:
+        keep[np.flatnonzero(keep)[room]:] = False
+    return keep
 
 
 class SkipHistory:
@@ -149,7 +161,7 @@ class SkipHistory:
         if run.size == 0:
             return np.zeros(0)
         table, lowest = self.keep_table(int(run.min()), int(run.max()))
-        return table.take(run - lowest)
+        return table.take(np.subtract(run, lowest, dtype=np.intp))  # intp: take needs no cast pass
 
     def keep_table(self, lowest: int, highest: int) -> tuple[np.ndarray, int]:
         """(float64[highest - lowest + 1] keep probability of each signed run in [lowest, highest], lowest).
@@ -172,22 +184,43 @@ class SkipHistory:
         values), and `not (u < s)` is `u >= s` for the finite draws and probabilities here.
         """
         run = self.rows.take(ids)["run"]
+        out = np.empty(run.size, dtype=bool)
         if run.size == 0:
-            return np.zeros(0, dtype=bool)
+            return out
         table, lowest = self.keep_table(int(run.min()), int(run.max()))
-        return np.greater_equal(draws, np.subtract(1.0, table).take(run - lowest))
+        skip = np.subtract(1.0, table)
+        index, value = np.empty(min(run.size, BLOCK), dtype=np.intp), np.empty(min(run.size, BLOCK))
+        for start in range(0, run.size, BLOCK):  # blocks: the index and the probabilities stay in cache
+            part = slice(start, start + BLOCK)
+            size = out[part].size
+            np.subtract(run[part], lowest, out=index[:size])
+            skip.take(index[:size], out=value[:size])
+            np.greater_equal(draws[part], value[:size], out=out[part])
+        return out
 
     def observe(self, ids: np.ndarray, solved: np.ndarray, failed: np.ndarray, update=None) -> None:
         """Runs: +1 on an all-solved rollout (from a positive run, else from 0), -1 on all-failed, else 0;
-        n_obs + 1. `update(records)` (the owner's fields of the gathered records) runs before they are
-        written back, so a prompt's record is read once and written once."""
+        n_obs + 1. `update(block, part)` (the owner's fields of the gathered records, block by block:
+        `block = records[part]`) runs before they are written back, so a prompt's record is read once
+        and written once."""
         records = self.rows.take(ids)
-        run = records["run"]
-        grown = np.where(solved, np.maximum(run, 0) + 1, 0)
-        records["run"] = np.where(failed, np.minimum(run, 0) - 1, grown)
-        records["n_obs"] += 1
-        if update is not None:
-            update(records)
+        grown = np.empty(min(ids.size, BLOCK), dtype=np.int32)
+        shrunk = np.empty_like(grown)
+        for start in range(0, ids.size, BLOCK):  # blocks: temporaries stay in cache (same values as whole-batch)
+            part = slice(start, start + BLOCK)
+            block = records[part]
+            run = block["run"]
+            size = run.size
+            np.maximum(run, 0, out=grown[:size])
+            grown[:size] += 1
+            grown[:size] *= solved[part]  # where(solved, max(run, 0) + 1, 0)
+            np.minimum(run, 0, out=shrunk[:size])
+            shrunk[:size] -= 1
+            np.copyto(grown[:size], shrunk[:size], where=failed[part])  # failed: min(run, 0) - 1
+            run[...] = grown[:size]
+            block["n_obs"] += 1
+            if update is not None:
+                update(block, part)
         self.rows[ids] = records
         self.rolled_step += int(ids.size)
         self.solved_step += int(np.count_nonzero(solved))
@@ -195,7 +228,7 @@ class SkipHistory:
 
     def keep_informative(self, informative: np.ndarray, target: int) -> np.ndarray:
         """Dynamic sampling: the first `target - kept_so_far` informative groups, in generation order."""
-        keep = keep_first_informative(informative, target - self.kept_so_far)
+        keep = first_informative(informative, target - self.kept_so_far)
         self.kept_so_far += int(np.count_nonzero(keep))
         self.gen_rounds += 1
         return keep
