@@ -183,20 +183,33 @@ class SkipHistory:
         The skip probabilities `1 - keep` are taken from the table too (the same subtraction on the same
         values), and `not (u < s)` is `u >= s` for the finite draws and probabilities here.
         """
-        run = self.rows.take(ids)["run"]
-        out = np.empty(run.size, dtype=bool)
-        if run.size == 0:
+        index, lowest, highest = self.run_index(self.rows.take(ids)["run"])
+        out = np.empty(index.size, dtype=bool)
+        if index.size == 0:
             return out
-        table, lowest = self.keep_table(int(run.min()), int(run.max()))
+        table, lowest = self.keep_table(lowest, highest)
         skip = np.subtract(1.0, table)
-        index, value = np.empty(min(run.size, BLOCK), dtype=np.intp), np.empty(min(run.size, BLOCK))
-        for start in range(0, run.size, BLOCK):  # blocks: the index and the probabilities stay in cache
+        value = np.empty(min(index.size, BLOCK))
+        for start in range(0, index.size, BLOCK):  # blocks: the index and the probabilities stay in cache
             part = slice(start, start + BLOCK)
             size = out[part].size
-            np.subtract(run[part], lowest, out=index[:size])
-            skip.take(index[:size], out=value[:size])
+            index[part] -= lowest
+            skip.take(index[part], out=value[:size])
             np.greater_equal(draws[part], value[:size], out=out[part])
         return out
+
+    @staticmethod
+    def run_index(run: np.ndarray) -> tuple[np.ndarray, int, int]:
+        """(intp copy of the gathered runs `run`, their min, their max; 0, 0 if empty), min and max taken
+        block by block on the contiguous copy (a strided int32 min / max over 10^6 records is slow)."""
+        index = np.empty(run.size, dtype=np.intp)
+        lowest, highest = 0, 0
+        for start in range(0, run.size, BLOCK):
+            part = index[start : start + BLOCK]
+            np.copyto(part, run[start : start + BLOCK])
+            lowest = min(lowest, int(part.min())) if start else int(part.min())
+            highest = max(highest, int(part.max())) if start else int(part.max())
+        return index, lowest, highest
 
     def observe(self, ids: np.ndarray, solved: np.ndarray, failed: np.ndarray, update=None) -> None:
         """Runs: +1 on an all-solved rollout (from a positive run, else from 0), -1 on all-failed, else 0;

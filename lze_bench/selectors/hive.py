@@ -164,11 +164,12 @@ class HiveSelector(Selector):
         listed = np.empty(candidates.size, dtype=bool)
         if candidates.size == 0:
             return listed
-        run = records["run"]
-        table, lowest = self.history.keep_table(int(run.min()), int(run.max()))  # keep_of's table, once
+        index, lowest, highest = self.history.run_index(records["run"])
+        table, lowest = self.history.keep_table(lowest, highest)  # keep_of's table, once
         for start in range(0, candidates.size, BLOCK):  # blocks: the float64 temporaries stay in cache
             part = slice(start, start + BLOCK)
-            q = table.take(np.subtract(run[part], lowest, dtype=np.intp))  # keep_of(run) of the block
+            index[part] -= lowest
+            q = table.take(index[part])  # keep_of(run) of the block
             q *= self._edge(records["p_hist"][part], candidates[part])  # NaN where unseen
             np.subtract(1.0, q, out=q)
             np.less(draws[part], q, out=listed[part])
