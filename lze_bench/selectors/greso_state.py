@@ -183,33 +183,27 @@ class SkipHistory:
         The skip probabilities `1 - keep` are taken from the table too (the same subtraction on the same
         values), and `not (u < s)` is `u >= s` for the finite draws and probabilities here.
         """
-        index, lowest, highest = self.run_index(self.rows.take(ids)["run"])
-        out = np.empty(index.size, dtype=bool)
-        if index.size == 0:
+        out = np.empty(ids.size, dtype=bool)
+        if not ids.size:
             return out
+        index, lowest, highest = self.run_index(self.rows.take(ids)["run"])
         table, lowest = self.keep_table(lowest, highest)
         skip = np.subtract(1.0, table)
-        value = np.empty(min(index.size, BLOCK))
         for start in range(0, index.size, BLOCK):  # blocks: the index and the probabilities stay in cache
             part = slice(start, start + BLOCK)
-            size = out[part].size
             index[part] -= lowest
-            skip.take(index[part], out=value[:size])
-            np.greater_equal(draws[part], value[:size], out=out[part])
+            np.greater_equal(draws[part], skip.take(index[part]), out=out[part])
         return out
 
     @staticmethod
     def run_index(run: np.ndarray) -> tuple[np.ndarray, int, int]:
-        """(intp copy of the gathered runs `run`, their min, their max; 0, 0 if empty), min and max taken
-        block by block on the contiguous copy (a strided int32 min / max over 10^6 records is slow)."""
+        """(intp copy of the gathered runs `run`, their min, their max) of a non-empty `run`, min and max
+        taken block by block on the contiguous copy (a strided int32 min / max over 10^6 records is slow)."""
         index = np.empty(run.size, dtype=np.intp)
-        lowest, highest = 0, 0
-        for start in range(0, run.size, BLOCK):
-            part = index[start : start + BLOCK]
+        blocks = [index[start : start + BLOCK] for start in range(0, run.size, BLOCK)]
+        for part, start in zip(blocks, range(0, run.size, BLOCK)):
             np.copyto(part, run[start : start + BLOCK])
-            lowest = min(lowest, int(part.min())) if start else int(part.min())
-            highest = max(highest, int(part.max())) if start else int(part.max())
-        return index, lowest, highest
+        return index, min(int(part.min()) for part in blocks), max(int(part.max()) for part in blocks)
 
     def observe(self, ids: np.ndarray, solved: np.ndarray, failed: np.ndarray, update=None) -> None:
         """Runs: +1 on an all-solved rollout (from a positive run, else from 0), -1 on all-failed, else 0;
@@ -217,20 +211,17 @@ class SkipHistory:
         `block = records[part]`) runs before they are written back, so a prompt's record is read once
         and written once."""
         records = self.rows.take(ids)
-        grown = np.empty(min(ids.size, BLOCK), dtype=np.int32)
-        shrunk = np.empty_like(grown)
         for start in range(0, ids.size, BLOCK):  # blocks: temporaries stay in cache (same values as whole-batch)
             part = slice(start, start + BLOCK)
             block = records[part]
             run = block["run"]
-            size = run.size
-            np.maximum(run, 0, out=grown[:size])
-            grown[:size] += 1
-            grown[:size] *= solved[part]  # where(solved, max(run, 0) + 1, 0)
-            np.minimum(run, 0, out=shrunk[:size])
-            shrunk[:size] -= 1
-            np.copyto(grown[:size], shrunk[:size], where=failed[part])  # failed: min(run, 0) - 1
-            run[...] = grown[:size]
+            grown = np.maximum(run, 0)
+            grown += 1
+            grown *= solved[part]  # where(solved, max(run, 0) + 1, 0)
+            shrunk = np.minimum(run, 0)
+            shrunk -= 1
+            np.copyto(grown, shrunk, where=failed[part])  # failed: min(run, 0) - 1
+            run[...] = grown
             block["n_obs"] += 1
             if update is not None:
                 update(block, part)

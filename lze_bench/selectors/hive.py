@@ -162,7 +162,7 @@ class HiveSelector(Selector):
         """
         records = self.history.rows.take(candidates)  # run and p_hist: one gather
         listed = np.empty(candidates.size, dtype=bool)
-        if candidates.size == 0:
+        if not candidates.size:
             return listed
         index, lowest, highest = self.history.run_index(records["run"])
         table, lowest = self.history.keep_table(lowest, highest)  # keep_of's table, once
