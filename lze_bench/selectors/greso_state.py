@@ -69,14 +69,9 @@ def round_estimate(need: int, groups: int, zero: int, first_round: int, margin: 
 
 
 def first_informative(informative: np.ndarray, room: int) -> np.ndarray:
-    """dapo's `keep_first_informative` (`informative & (cumsum <= room)`) without the int64 cumsum:
-    the informative groups before the (room + 1)-th one (none if room <= 0), all if there are <= room."""
-    keep = np.array(informative, dtype=bool)
-    if room <= 0:
-        keep[:] = False
-    elif np.count_nonzero(keep) > room:
-        keep[np.flatnonzero(keep)[room]:] = False
-    return keep
+    """dapo's `keep_first_informative`, `informative & (cumsum <= room)`, with an int32 running count
+    (half the memory traffic of the default int64 one at 10^6 groups; exact below 2^31 groups)."""
+    return informative & (np.cumsum(informative, dtype=np.int32) <= room)
 
 
 class SkipHistory:
@@ -197,13 +192,10 @@ class SkipHistory:
 
     @staticmethod
     def run_index(run: np.ndarray) -> tuple[np.ndarray, int, int]:
-        """(intp copy of the gathered runs `run`, their min, their max) of a non-empty `run`, min and max
-        taken block by block on the contiguous copy (a strided int32 min / max over 10^6 records is slow)."""
-        index = np.empty(run.size, dtype=np.intp)
-        blocks = [index[start : start + BLOCK] for start in range(0, run.size, BLOCK)]
-        for part, start in zip(blocks, range(0, run.size, BLOCK)):
-            np.copyto(part, run[start : start + BLOCK])
-        return index, min(int(part.min()) for part in blocks), max(int(part.max()) for part in blocks)
+        """(intp copy of the gathered runs `run`, their min, their max) of a non-empty `run`: min and max
+        of the contiguous copy (over the strided int32 field of 10^6 records they are several times slower)."""
+        index = run.astype(np.intp)
+        return index, int(index.min()), int(index.max())
 
     def observe(self, ids: np.ndarray, solved: np.ndarray, failed: np.ndarray, update=None) -> None:
         """Runs: +1 on an all-solved rollout (from a positive run, else from 0), -1 on all-failed, else 0;

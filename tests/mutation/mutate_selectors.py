@@ -82,8 +82,6 @@ EQUIVALENT = {
         "round 0 then appends a 0: numpy's SeedSequence gives [seed, step, tag, 0] the stream of [seed, step, tag]",
     ("lze_state.py", "marks[ids] = 1 if solved is None else np.add(solved, 1, dtype=np.uint8)", "1 -> 2"):
         "marks without `solved` are read only as marks.view(bool) (n_obs counts), where any nonzero byte is one",
-    ("greso_state.py", "if room <= 0:", "<= -> <"):
-        "room 0 then takes the elif, which cuts from the first informative group on: none kept either way",
     ("lze_state.py", "self.cache_card = np.zeros(0) if card is None else card", "0 -> 1"):
         "cache_card is read only by variant='card', which always caches a card of its own",
     ("greso_state.py", "keep = np.where(easy > 0, np.maximum(self.p_easy ** easy.astype(np.float64), floor), keep)",
