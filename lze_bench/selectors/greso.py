@@ -128,12 +128,12 @@ class GresoSelector(Selector):
 
     # --- backward ------------------------------------------------------------
     def observe(self, batch):
-        solved, failed, _, _ = self.history.classes(batch.rewards, self.name)
+        solved, failed, _ = self.history.classes(batch.rewards, self.name)
         self.history.observe(batch.prompt_ids, solved, failed)
 
     def select_update(self, batch, step, rng):
         hist, target = self.history, self.train_batch_size
-        _, _, informative, _ = self.history.classes(batch.rewards, self.name)
+        _, _, informative = self.history.classes(batch.rewards, self.name)
         keep = hist.keep_informative(informative, target)
         groups = batch.num_groups
         zero = groups - int(np.count_nonzero(informative))

@@ -119,8 +119,8 @@ class SkipHistory:
         """int32[N]: consecutive most recent all-failed rollouts (a copy; 0 unseen)."""
         return np.maximum(-self.run, 0)
 
-    def classes(self, rewards: np.ndarray, who: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(solved, failed, informative, pass rate float64[G]) of a batch, computed once per batch.
+    def classes(self, rewards: np.ndarray, who: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(solved, failed, informative) of a batch, computed once per batch.
 
         A round's `observe` and `select_update` read the same rewards array: the second call gets the
         first one's result (keyed by the array object itself; any other array is computed afresh).
@@ -129,14 +129,22 @@ class SkipHistory:
         if cached is not None and cached[0] is rewards:
             return cached[1]
         rewards = np.asarray(rewards, dtype=np.float32)
-        ones = binary_ones(rewards) if rewards.shape[1] >= 2 else None  # one popcount pass serves all four
+        ones = binary_ones(rewards) if rewards.shape[1] >= 2 else None  # one popcount pass serves all
         if ones is not None:
             n = rewards.shape[1]
-            result = (ones == n, ones == 0, np.less(ones - ones.dtype.type(1), n - 1), np.divide(ones, n, dtype=np.float64))
+            result = (ones == n, ones == 0, np.less(ones - ones.dtype.type(1), n - 1))
         else:
-            result = (*group_classes(rewards, who), pass_rates(rewards))
-        self._classes = (rewards, result)
+            result = group_classes(rewards, who)
+        self._classes = (rewards, result, ones)
         return result
+
+    def pass_rates(self, rewards: np.ndarray) -> np.ndarray:
+        """float64[G] pass rates (RolloutBatch.pass_rate bit for bit), from `classes`' counts of the same
+        array when it has them (only HIVE reads them: GRESO's step does not compute them)."""
+        cached = getattr(self, "_classes", None)
+        if cached is not None and cached[0] is rewards and cached[2] is not None:
+            return np.divide(cached[2], rewards.shape[1], dtype=np.float64)
+        return pass_rates(rewards)
 
     def reset_step(self) -> None:
         self.kept_so_far, self.gen_rounds, self.last_round = 0, 0, False
@@ -181,21 +189,20 @@ class SkipHistory:
         out = np.empty(ids.size, dtype=bool)
         if not ids.size:
             return out
-        index, lowest, highest = self.run_index(self.rows.take(ids)["run"])
+        run, lowest, highest = self.run_bounds(self.rows.take(ids)["run"])
         table, lowest = self.keep_table(lowest, highest)
         skip = np.subtract(1.0, table)
-        for start in range(0, index.size, BLOCK):  # blocks: the index and the probabilities stay in cache
+        for start in range(0, run.size, BLOCK):  # blocks: the index and the probabilities stay in cache
             part = slice(start, start + BLOCK)
-            index[part] -= lowest
-            np.greater_equal(draws[part], skip.take(index[part]), out=out[part])
+            np.greater_equal(draws[part], skip.take(np.subtract(run[part], lowest, dtype=np.intp)), out=out[part])
         return out
 
     @staticmethod
-    def run_index(run: np.ndarray) -> tuple[np.ndarray, int, int]:
-        """(intp copy of the gathered runs `run`, their min, their max) of a non-empty `run`: min and max
-        of the contiguous copy (over the strided int32 field of 10^6 records they are several times slower)."""
-        index = run.astype(np.intp)
-        return index, int(index.min()), int(index.max())
+    def run_bounds(run: np.ndarray) -> tuple[np.ndarray, int, int]:
+        """(contiguous copy of the gathered runs `run`, their min, their max) of a non-empty `run` (over the
+        strided int32 field of 10^6 records, min and max are several times slower than over the copy)."""
+        run = np.ascontiguousarray(run)
+        return run, int(run.min()), int(run.max())
 
     def observe(self, ids: np.ndarray, solved: np.ndarray, failed: np.ndarray, update=None) -> None:
         """Runs: +1 on an all-solved rollout (from a positive run, else from 0), -1 on all-failed, else 0;

@@ -164,12 +164,11 @@ class HiveSelector(Selector):
         listed = np.empty(candidates.size, dtype=bool)
         if not candidates.size:
             return listed
-        index, lowest, highest = self.history.run_index(records["run"])
+        run, lowest, highest = self.history.run_bounds(records["run"])
         table, lowest = self.history.keep_table(lowest, highest)  # keep_of's table, once
         for start in range(0, candidates.size, BLOCK):  # blocks: the float64 temporaries stay in cache
             part = slice(start, start + BLOCK)
-            index[part] -= lowest
-            q = table.take(index[part])  # keep_of(run) of the block
+            q = table.take(np.subtract(run[part], lowest, dtype=np.intp))  # keep_of(run) of the block
             q *= self._edge(records["p_hist"][part], candidates[part])  # NaN where unseen
             np.subtract(1.0, q, out=q)
             np.less(draws[part], q, out=listed[part])
@@ -204,7 +203,8 @@ class HiveSelector(Selector):
     # --- backward ------------------------------------------------------------
     def observe(self, batch):
         ids = batch.prompt_ids
-        solved, failed, _, rates = self.history.classes(batch.rewards, self.name)
+        solved, failed, _ = self.history.classes(batch.rewards, self.name)
+        rates = self.history.pass_rates(batch.rewards)
 
         def update(block, part):  # p_hist goes back with the runs: one gather and one scatter per prompt
             block["p_hist"] = self._ema(block["p_hist"], rates[part])
@@ -231,7 +231,7 @@ class HiveSelector(Selector):
 
     def select_update(self, batch, step, rng):
         hist, target = self.history, self.train_batch_size
-        _, _, informative, _ = self.history.classes(batch.rewards, self.name)
+        _, _, informative = self.history.classes(batch.rewards, self.name)
         keep = hist.keep_informative(informative, target)
         more = 0 if hist.kept_so_far >= target else self.rollout_batch_size
         more, partial = hist.exhausted(more, self.name, target)
