@@ -139,12 +139,11 @@ class SkipHistory:
         return result
 
     def pass_rates(self, rewards: np.ndarray) -> np.ndarray:
-        """float64[G] pass rates (RolloutBatch.pass_rate bit for bit), from `classes`' counts of the same
-        array when it has them (only HIVE reads them: GRESO's step does not compute them)."""
-        cached = getattr(self, "_classes", None)
-        if cached is not None and cached[0] is rewards and cached[2] is not None:
-            return np.divide(cached[2], rewards.shape[1], dtype=np.float64)
-        return pass_rates(rewards)
+        """float64[G] pass rates (RolloutBatch.pass_rate bit for bit) of the batch `classes` has just seen,
+        from its correct counts when the rewards are 0/1 (only HIVE reads them: GRESO's step does not
+        compute them). Call `classes(rewards, ...)` first."""
+        ones = self._classes[2]
+        return pass_rates(rewards) if ones is None else np.divide(ones, rewards.shape[1], dtype=np.float64)
 
     def reset_step(self) -> None:
         self.kept_so_far, self.gen_rounds, self.last_round = 0, 0, False
