@@ -129,7 +129,7 @@ class SkipHistory:
         if cached is not None and cached[0] is rewards:
             return cached[1]
         rewards = np.asarray(rewards, dtype=np.float32)
-        ones = binary_ones(rewards) if rewards.shape[1] >= 2 else None  # one popcount pass serves all
+        ones = binary_ones(rewards) if rewards.shape[1] >= 2 else None  # one popcount pass serves all four
         if ones is not None:
             n = rewards.shape[1]
             result = (ones == n, ones == 0, np.less(ones - ones.dtype.type(1), n - 1))
