@@ -161,7 +161,7 @@ class SkipHistory:
         table that stays in cache instead of a power per candidate.
         """
         if run.size == 0:
-            return np.zeros(0)
+            return np.zeros(run.shape)  # float64[0]
         table, lowest = self.keep_table(int(run.min()), int(run.max()))
         return table.take(np.subtract(run, lowest, dtype=np.intp))  # intp: take needs no cast pass
 
