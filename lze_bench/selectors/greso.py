@@ -124,16 +124,16 @@ class GresoSelector(Selector):
         candidates = np.asarray(candidate_ids, dtype=np.int64).reshape(-1)
         draws = rng.random(candidates.size)  # one uniform per candidate, candidate order
         self.history.cand_step += int(candidates.size)
-        return candidates[self.history.survivors(candidates, draws)][: max(0, int(budget))]  # skip iff u < 1 - keep
+        return np.compress(self.history.survivors(candidates, draws), candidates)[: max(0, int(budget))]  # skip iff u < 1 - keep
 
     # --- backward ------------------------------------------------------------
     def observe(self, batch):
-        solved, failed, _, _ = self.history.classes(batch.rewards, self.name)
+        solved, failed, _ = self.history.classes(batch.rewards, self.name)
         self.history.observe(batch.prompt_ids, solved, failed)
 
     def select_update(self, batch, step, rng):
         hist, target = self.history, self.train_batch_size
-        _, _, informative, _ = self.history.classes(batch.rewards, self.name)
+        _, _, informative = self.history.classes(batch.rewards, self.name)
         keep = hist.keep_informative(informative, target)
         groups = batch.num_groups
         zero = groups - int(np.count_nonzero(informative))

@@ -39,7 +39,7 @@ from lze_bench.errors import LzeBenchError
 from lze_bench.registry import SELECTORS
 from lze_bench.selectors.base import Selector, UpdateDecision, top_k_mask
 from lze_bench.selectors.topk import median
-from lze_bench.selectors.greso_state import SkipHistory, check_history_config
+from lze_bench.selectors.greso_state import BLOCK, SkipHistory, check_history_config
 
 
 @dataclass
@@ -161,10 +161,17 @@ class HiveSelector(Selector):
         replace the NaNs (`select_probability` returns the 1s).
         """
         records = self.history.rows.take(candidates)  # run and p_hist: one gather
-        q = self.history.keep_of(records["run"])
-        q *= self._edge(records["p_hist"], candidates)  # NaN where unseen
-        np.subtract(1.0, q, out=q)
-        listed = np.less(draws, q)
+        listed = np.empty(candidates.size, dtype=bool)
+        if not candidates.size:
+            return listed
+        run, lowest, highest = self.history.run_bounds(records["run"])
+        table, lowest = self.history.keep_table(lowest, highest)  # keep_of's table, once
+        for start in range(0, candidates.size, BLOCK):  # blocks: the float64 temporaries stay in cache
+            part = slice(start, start + BLOCK)
+            q = table.take(np.subtract(run[part], lowest, dtype=np.intp))  # keep_of(run) of the block
+            q *= self._edge(records["p_hist"][part], candidates[part])  # NaN where unseen
+            np.subtract(1.0, q, out=q)
+            np.less(draws[part], q, out=listed[part])
         return np.logical_not(listed, out=listed)
 
     # --- forward -------------------------------------------------------------
@@ -174,7 +181,7 @@ class HiveSelector(Selector):
         features = self.require_features(features)
         draws = rng.random(candidates.size)  # one draw, candidate order
         self.history.cand_step += int(candidates.size)
-        shortlist = candidates[self._listed(candidates, draws)]
+        shortlist = np.compress(self._listed(candidates, draws), candidates)  # compress: 2.5x a bool-mask index
         if shortlist.size == 0 or budget == 0:
             return shortlist[:0]
         entropy = features("prompt_entropy", shortlist)
@@ -191,15 +198,16 @@ class HiveSelector(Selector):
         passed = np.greater_equal(value, np.float64(median(value)))
         if np.count_nonzero(passed) > budget:
             passed = top_k_mask(np.where(passed, value.astype(np.float64), -np.inf), budget)
-        return shortlist[passed]
+        return np.compress(passed, shortlist)
 
     # --- backward ------------------------------------------------------------
     def observe(self, batch):
         ids = batch.prompt_ids
-        solved, failed, _, rates = self.history.classes(batch.rewards, self.name)
+        solved, failed, _ = self.history.classes(batch.rewards, self.name)
+        rates = self.history.pass_rates(batch.rewards)
 
-        def update(records):  # p_hist goes back with the runs: one gather and one scatter per prompt
-            records["p_hist"] = self._ema(records["p_hist"], rates)
+        def update(block, part):  # p_hist goes back with the runs: one gather and one scatter per prompt
+            block["p_hist"] = self._ema(block["p_hist"], rates[part])
 
         self.history.observe(ids, solved, failed, update)
         if batch.response_entropy is not None:
@@ -223,7 +231,7 @@ class HiveSelector(Selector):
 
     def select_update(self, batch, step, rng):
         hist, target = self.history, self.train_batch_size
-        _, _, informative, _ = self.history.classes(batch.rewards, self.name)
+        _, _, informative = self.history.classes(batch.rewards, self.name)
         keep = hist.keep_informative(informative, target)
         more = 0 if hist.kept_so_far >= target else self.rollout_batch_size
         more, partial = hist.exhausted(more, self.name, target)

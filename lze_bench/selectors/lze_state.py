@@ -166,7 +166,7 @@ class LzeState:
         """
         if 4 * ids.size >= values.size:
             values.view(np.uint8).max()
-        return values[ids]
+        return values.take(ids)  # take: ~1.5x faster than values[ids], same values
 
     def marks(self, ids: np.ndarray, solved: np.ndarray | None) -> np.ndarray | None:
         """uint8[N] for a batch covering >= 1/4 of the prompts: 0 unseen, 1 seen, 2 seen and solved; else None.

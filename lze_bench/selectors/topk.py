@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 APPROX_MIN = 4096  # gumbel_top_k: below this many keys the float64 path is cheap enough
+BLOCK = 1 << 15  # keys per block of `_approx_keys`: 128 KiB of float32 plus 512 KiB of inputs stay in cache
 SMALL_U = 2.0**-8  # u below this: 1 - u rounded to float32 loses the digits log needs; computed in float64
 
 
@@ -134,13 +135,15 @@ def _approx_keys(u: np.ndarray, scale: float, base: np.ndarray) -> np.ndarray:
     In all <= 2.5e-5 scale + 2^-24 |base|: `_approx_delta` is 5x and 16x that.
     """
     key = np.empty(u.size, dtype=np.float32)
-    np.subtract(1.0, u, out=key, casting="same_kind")  # float64 1 - u (exact), rounded once
-    with np.errstate(divide="ignore"):  # 1 - u == 1 in float32 (u < 2^-25): those keys are replaced
-        np.log(key, out=key)
-        np.negative(key, out=key)
-        np.log(key, out=key)
-    key *= np.float32(-scale)
-    np.add(key, base, out=key, casting="same_kind")
+    for start in range(0, u.size, BLOCK):  # cache-sized blocks: six passes over each block, one over memory
+        part = key[start : start + BLOCK]
+        np.subtract(1.0, u[start : start + BLOCK], out=part, casting="same_kind")  # 1 - u (exact), rounded once
+        with np.errstate(divide="ignore"):  # 1 - u == 1 in float32 (u < 2^-25): those keys are replaced
+            np.log(part, out=part)
+            np.negative(part, out=part)
+            np.log(part, out=part)
+        part *= np.float32(-scale)
+        np.add(part, base[start : start + BLOCK], out=part, casting="same_kind")
     return key
 
 
