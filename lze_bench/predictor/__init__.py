@@ -25,7 +25,22 @@ OFFLINE_FILE = "offline_flops.json"
 
 
 @dataclass
-class HeadRecipe:
+class AuthorsTraining:
+    """The authors' head-training knobs (run_train.sh / train.py), shared by both backends' head builds
+    (`HeadRecipe` here, `backends.openrlhf.head_build.HeadBuildConfig`)."""
+
+    epochs: int = 20  # run_train.sh --epochs 20
+    batch_size: int = 256  # run_train.sh batch_size=256
+    ref_size: int = 256  # run_train.sh ref_size=256 (capped at ref_candidates)
+    lr: float = 1e-3  # run_train.sh --lr 1e-3
+    warmup_steps: int = 100  # train.py --warmup_steps default (capped at total // 10)
+    hidden_size: int = 896  # run_train.sh hidden_size
+    num_layers: int = 3  # run_train.sh num_layers=3
+    seed: int = 1  # run_train.sh --seed 1
+
+
+@dataclass
+class HeadRecipe(AuthorsTraining):
     """How the local backend builds ASTRAL's head for `selector.predictor=trained` (cached, shared by runs).
 
     Labelling models (ours, standing in for the paper's public models, App. C.1): snapshots of a
@@ -43,14 +58,6 @@ class HeadRecipe:
     ref_candidates: int = 128  # labelled questions that serve as references (shared by every labeller)
     samples: int = 8  # responses per question per labeller (the trainer's n is the usual 8)
     val_fraction: float = 0.2  # labelled questions held out to compare trained head vs kernel
-    epochs: int = 20  # run_train.sh --epochs 20
-    batch_size: int = 256  # run_train.sh batch_size=256
-    ref_size: int = 256  # run_train.sh ref_size=256 (capped at ref_candidates)
-    lr: float = 1e-3  # run_train.sh --lr 1e-3
-    warmup_steps: int = 100  # train.py --warmup_steps default (capped at total // 10)
-    hidden_size: int = 896  # run_train.sh hidden_size
-    num_layers: int = 3  # run_train.sh num_layers=3
-    seed: int = 1  # run_train.sh --seed 1
 
     def __post_init__(self):
         from lze_bench.config.schema import require

@@ -16,7 +16,6 @@ what it does and what it books is described in head_build.py's docstring.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import shutil
@@ -183,12 +182,10 @@ def build_head(cfg) -> Path:
 
 
 def _build(cfg, out: Path) -> dict:
-    from lze_bench.backends.local.predictor import split_questions
     from lze_bench.backends.openrlhf.head_build import HEAD_FILE, _plain, _rows
     from lze_bench.grading import Grader
-    from lze_bench.predictor.checkpoint import save_head
+    from lze_bench.predictor.build import train_and_save
     from lze_bench.predictor.encoder import Encoder
-    from lze_bench.predictor.train import LabelSet, TrainRecipe, evaluate, train_head
 
     recipe = cfg.backend.predictor
     rows = _rows(cfg)
@@ -211,26 +208,11 @@ def _build(cfg, out: Path) -> dict:
     embeddings, flops["encoder"] = encoder.embed([r["problem"] for r in rows])
     del encoder.model  # frozen and done: free its memory before training the head
     times["encoder"] = time.perf_counter() - start
-    refs, val = split_questions(len(rows), recipe)
-    labels = LabelSet(embeddings, np.stack(rates), refs, val)
-    train_recipe = TrainRecipe(**{f.name: getattr(recipe, f.name) for f in dataclasses.fields(TrainRecipe)})
-    start = time.perf_counter()
-    head, result = train_head(labels, train_recipe)
-    flops["training"] = result["flops"]
-    times["training"] = time.perf_counter() - start
-    validation = evaluate(head, labels, train_recipe)
-    labelers = [str(m) for m in recipe.labelers]
-    config = {"loss_type": "binary_cross_entropy", "ref_size": train_recipe.ref_size, "learning_rate": recipe.lr,
-              "batch_size": recipe.batch_size, "epochs": recipe.epochs, "lze_bench": {"labelers": labelers}}
-    save_head(head, out / HEAD_FILE, encoder=name, config=config, metrics={"epoch_losses": result["losses"]})
-    log.info("ASTRAL head: %d questions x %d labellers, validation %s", len(rows), len(labelers), validation)
+    built = train_and_save(embeddings, rates, recipe, out / HEAD_FILE, encoder=name,
+                           labelers=[str(m) for m in recipe.labelers], flops=flops, times=times)
     return {
-        "encoder": {"name": name, "path": name, "width": int(embeddings.shape[1])},
-        "labelers": labelers, "questions": len(rows), "references": int(refs.size), "held_out": int(val.size),
-        "samples": int(recipe.samples), "generation": str(recipe.generation),
-        "flops": {k: int(v) for k, v in flops.items()}, "label_means": [float(r.mean()) for r in rates],
-        "time_s": {k: round(v, 2) for k, v in times.items()}, "validation": validation,
-        "losses": result["losses"], "recipe": _plain(recipe),
+        "encoder": {"name": name, "path": name, "width": int(embeddings.shape[1])}, **built,
+        "samples": int(recipe.samples), "generation": str(recipe.generation), "recipe": _plain(recipe),
     }
 
 

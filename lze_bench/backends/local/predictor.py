@@ -99,15 +99,6 @@ def head_key(recipe, labeler_key: str, task_cfg, trainer_cfg, numerics: dict) ->
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def split_questions(count: int, recipe) -> tuple[np.ndarray, np.ndarray]:
-    """(reference candidates, held-out questions): disjoint, seeded by the recipe's seed."""
-    order = np.random.default_rng([recipe.seed, 5]).permutation(count)
-    refs = np.sort(order[:min(recipe.ref_candidates, count)])
-    rest = order[refs.size:]
-    val = np.sort(rest[:int(round(recipe.val_fraction * rest.size))])
-    return refs.astype(np.int64), val.astype(np.int64)
-
-
 def labeler_dirs(cfg, device, grader) -> tuple[list[Path], str]:
     """The labelling models' directories (snapshots) and their warm start's key."""
     from lze_bench.backends.local.warmstart import ensure_warmstart, snapshot_dir
@@ -147,9 +138,8 @@ def ensure_head(cfg, device, grader) -> Path:
 
 
 def _build(cfg, dirs: list[Path], labeler_key: str, device, grader, out: Path) -> dict:
-    from lze_bench.predictor.checkpoint import save_head
+    from lze_bench.predictor.build import train_and_save
     from lze_bench.predictor.encoder import Encoder
-    from lze_bench.predictor.train import LabelSet, TrainRecipe, evaluate, train_head
     from lze_bench.tasks.synthetic import load_split
 
     recipe, trainer = cfg.backend.predictor, cfg.trainer
@@ -170,25 +160,11 @@ def _build(cfg, dirs: list[Path], labeler_key: str, device, grader, out: Path) -
     encoder = Encoder.load(encoder_name, encoder_name, device)
     embeddings, flops["encoder"] = encoder.embed([r["problem"] for r in rows])
     times["encoder"] = time.perf_counter() - start
-    refs, val = split_questions(len(rows), recipe)
-    labels = LabelSet(embeddings, np.stack(rates), refs, val)
-    train_recipe = TrainRecipe(**{f.name: getattr(recipe, f.name) for f in dataclasses.fields(TrainRecipe)})
-    start = time.perf_counter()
-    head, result = train_head(labels, train_recipe)
-    flops["training"] = result["flops"]
-    times["training"] = time.perf_counter() - start
-    validation = evaluate(head, labels, train_recipe)
-    config = {"loss_type": "binary_cross_entropy", "ref_size": train_recipe.ref_size, "learning_rate": recipe.lr,
-              "batch_size": recipe.batch_size, "epochs": recipe.epochs, "lze_bench": {"labelers": [str(d) for d in dirs]}}
-    save_head(head, out / HEAD_FILE, encoder=encoder_name, config=config, metrics={"epoch_losses": result["losses"]})
-    log.info("ASTRAL head: %d questions x %d labellers, validation %s", len(rows), len(dirs), validation)
+    built = train_and_save(embeddings, rates, recipe, out / HEAD_FILE, encoder=encoder_name,
+                           labelers=[str(d) for d in dirs], flops=flops, times=times)
     return {
-        "encoder": {"name": encoder_name, "path": str(dirs[-1]), "width": encoder.width},
-        "labelers": [str(d) for d in dirs], "questions": len(rows), "references": int(refs.size),
-        "held_out": int(val.size), "samples": recipe.samples, "flops": {k: int(v) for k, v in flops.items()},
-        "label_means": [float(r.mean()) for r in rates],
-        "time_s": {k: round(v, 2) for k, v in times.items()}, "validation": validation,
-        "losses": result["losses"], "recipe": _plain(recipe),
+        "encoder": {"name": encoder_name, "path": str(dirs[-1]), "width": encoder.width}, **built,
+        "samples": recipe.samples, "recipe": _plain(recipe),
         "labeler_warmstart": {k: v for k, v in read_warmstart(dirs[-1].parent.parent).items()
                               if k in ("key", "steps", "time_s", "flops", "heldout_accuracy")},
     }

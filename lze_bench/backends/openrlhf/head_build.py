@@ -49,6 +49,7 @@ from typing import List, Optional
 
 from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
+from lze_bench.predictor import AuthorsTraining
 
 
 HEAD_FILE, INFO_FILE = "head.pt", "info.json"
@@ -72,7 +73,7 @@ POOL_SIZES = {"math": 7500, "dapo_math_17k": 17917, "gsm8k": 7473}
 
 
 @dataclass
-class HeadBuildConfig:
+class HeadBuildConfig(AuthorsTraining):
     """`backend.predictor` on backend=openrlhf: how the sweep's head step builds ASTRAL's head (module docstring).
 
     The training knobs are the authors' (run_train.sh, as `predictor.train.TrainRecipe`); the labelling
@@ -88,14 +89,6 @@ class HeadBuildConfig:
     dtype: str = "auto"  # the labellers' dtype (bf16 on CUDA, float32 on CPU)
     gen_batch_size: int = 8  # hf only: prompts per generate() call (vLLM batches itself)
     cache_dir: Optional[str] = None  # where heads live (default $LZE_BENCH_CACHE or ~/.cache/lze-bench)
-    epochs: int = 20  # run_train.sh --epochs 20
-    batch_size: int = 256  # run_train.sh batch_size=256
-    ref_size: int = 256  # run_train.sh ref_size=256 (capped at ref_candidates)
-    lr: float = 1e-3  # run_train.sh --lr 1e-3
-    warmup_steps: int = 100  # train.py --warmup_steps default (capped at total // 10)
-    hidden_size: int = 896  # run_train.sh hidden_size
-    num_layers: int = 3  # run_train.sh num_layers=3
-    seed: int = 1  # run_train.sh --seed 1
 
     def __post_init__(self):
         for key in ("samples", "epochs", "batch_size", "ref_size", "hidden_size", "num_layers", "ref_candidates",
