@@ -309,9 +309,6 @@ def print_eval_plan(plan, sbatch_script: str | None = None) -> None:
                   highlight=False)
     if plan.pending:
         console.print(f"left out (not finished): {', '.join(plan.pending)}", highlight=False)
-    for line in before:
-        console.print(f"before the runs, {line}" if not line.startswith(" ") else line, highlight=False,
-                      soft_wrap=True, markup=False)  # "[built (reused)]" is text, not a style tag
     launcher = plan.launcher
     console.print(f"launcher: {launcher.get('name')} (array_parallelism={launcher.get('array_parallelism')}, "
                   f"gpus_per_node={launcher.get('gpus_per_node', 0)}, cpus_per_task={launcher.get('cpus_per_task')}, "
