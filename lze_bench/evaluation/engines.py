@@ -68,6 +68,12 @@ class EngineSlot:
         self.starts += 1
         return self.generator
 
+    def release(self) -> None:
+        """A checkpoint is done: hold the generator for the next one only if it can reload weights (vLLM); a
+        transformers model is cheap to load again, so its memory is freed now."""
+        if self.generator is not None and not _can_reload(self.generator):
+            self.close()
+
     def close(self) -> None:
         generator, self.generator, self.signature = self.generator, None, None
         if generator is not None:

@@ -277,7 +277,6 @@ class VLLMGenerator(_Base):
             engine["enable_chunked_prefill"] = False
         self.llm = None
         self.llm = self._start(path, dtype, seed, engine, cpu_kv_cache_gib)
-        self.path = str(path)
         model_dtype = getattr(getattr(self.llm.llm_engine, "model_config", None), "dtype", None)
         self.dtype = str(model_dtype).replace("torch.", "") if model_dtype is not None else dtype
         context = self.llm.llm_engine.model_config.max_model_len
@@ -347,7 +346,6 @@ class VLLMGenerator(_Base):
                                 "collective_rpc); load a new one")
         self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(path), "is_checkpoint_format": True})
         self.llm.reset_prefix_cache()
-        self.path = str(path)
 
     def close(self) -> None:
         llm, self.llm = self.llm, None

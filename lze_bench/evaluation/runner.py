@@ -11,8 +11,9 @@ already finished with these settings, else load the generator, evaluate each
 unfinished benchmark, write its files and append the run's evals.parquet
 rows. A vLLM engine stays up for the next checkpoint when it has the same
 architecture and tokenizer, and reloads its weights in place (engines.py);
-otherwise it is shut down before the next one starts (generator.close). Outputs and the "finished" rule: outputs.py; the settings
-key: settings.py. One Grader (process pool) serves the whole command.
+otherwise it is shut down before the next one starts (generator.close).
+Outputs and the "finished" rule: outputs.py; the settings key: settings.py.
+One Grader (process pool) serves the whole command.
 
 With `generation.data_parallel_size=D > 1`, D replicas evaluate different
 checkpoints at once (replicas.py).
@@ -259,8 +260,7 @@ def evaluate_target(target: Target, options, per_seed: list[dict], data: dict, g
         except BaseException:
             slot.close()  # a failed checkpoint leaves no engine behind for the next one
             raise
-        if generator.name != "vllm":
-            slot.close()  # a transformers model is cheap to load: its memory is not held between checkpoints
+        slot.release()
     entries = [summaries[settings_key(s)][name] for s in per_seed for name in names]
     if len(per_seed) > 1:
         from lze_bench.evaluation.seeds import aggregate_target
