@@ -118,6 +118,10 @@ class StepRunner:
                              response_entropy=gen.entropy.reshape(len(ids), n))
         return groups, batch
 
+    def _responses(self, groups: list[Group]) -> int:
+        """Rollouts of these groups that reach the update: a group's train_mask, else all n."""
+        return sum(self.trainer.n_samples if g.train_mask is None else int(g.train_mask.sum()) for g in groups)
+
     @staticmethod
     def _subset(group: Group, decision, row: np.ndarray) -> Group:
         """The group as the update sees it: with a selector's kept rollouts (PODS) when it chose some."""
@@ -172,8 +176,6 @@ class StepRunner:
         for group, _, _ in fresh:
             self.store.put(group)  # as generated: a replay (ASTRAL) gets every rollout
         selected = [trained for _, keep, trained in fresh if keep]
-        responses_kept = sum(self.trainer.n_samples if g.train_mask is None else int(g.train_mask.sum())
-                             for g in selected)
         # a kept group none of whose rollouts was kept trains nothing (and has no advantage statistics)
         kept = self._align([g for g in selected if g.train_mask is None or g.train_mask.any()], step,
                            counters.rolled_out)
@@ -206,9 +208,8 @@ class StepRunner:
             "kept_zero_variance": sum(zero_var(g) for g in train_groups),
             "partial": bool(partial),
             **{name: float("nan") for name in STEP_METRICS}, **self.selector.step_metrics(),
-            "responses_kept": responses_kept,
-            "responses_trained": sum(self.trainer.n_samples if g.train_mask is None else int(g.train_mask.sum())
-                                     for g in kept),
+            "responses_kept": self._responses(selected),
+            "responses_trained": self._responses(kept),
             # extras (not in LEDGER_COLUMNS): diagnostics of the update
             "lr": self.optimizer.param_groups[0]["lr"], "loss": stats.loss, "kl": stats.kl, "clip_frac": stats.clip_frac, "grad_norm": stats.grad_norm,
             "seq_len_mean": float(np.mean(stats.lengths)) if stats.lengths else float("nan"),
