@@ -10,12 +10,42 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import shutil
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 log = logging.getLogger(__name__)
+
+INFO_FILE = "info.json"  # written last: a head directory with it is complete
+
+
+def build_once(target: Path, build: Callable[[Path], dict]) -> Path:
+    """`target` (a head directory: head.pt + info.json), made by `build(tmp)` unless it is there already.
+
+    File-locked, so concurrent runs or jobs wanting one head build it once (the lock is released by the OS if
+    its holder dies); built in a temporary sibling and renamed into place, so a killed build leaves nothing a
+    reader would take for a head. `build` writes the head into its folder and returns the info record."""
+    from filelock import FileLock
+
+    from lze_bench.rundir import atomic_write_json
+
+    if (target / INFO_FILE).exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.parent / f"{target.name}.lock")):
+        if (target / INFO_FILE).exists():
+            return target
+        tmp = target.parent / f".tmp-{target.name}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        atomic_write_json(tmp / INFO_FILE, {"key": target.name, **build(tmp)})
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+    return target
 
 
 def split_questions(count: int, recipe) -> tuple[np.ndarray, np.ndarray]:

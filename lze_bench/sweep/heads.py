@@ -17,8 +17,6 @@ what it does and what it books is described in head_build.py's docstring.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,7 +96,6 @@ def run_steps(plan, steps: list[HeadStep]) -> None:
 def _slurm(plan, step: HeadStep) -> None:
     import submitit
 
-    from lze_bench.errors import LzeBenchError
     from lze_bench.sweep.manifest import SUBMITIT
     from lze_bench.sweep.submit import slurm_parameters
 
@@ -158,31 +155,16 @@ def label(cfg, model: str, rows: list[dict], grader, seed: int) -> tuple[np.ndar
 
 def build_head(cfg) -> Path:
     """The head directory for this config (`head.pt` + `info.json`), built first if missing (file-locked)."""
-    from filelock import FileLock
-
-    from lze_bench.backends.openrlhf.head_build import INFO_FILE, check_recipe, head_dir
-    from lze_bench.rundir import atomic_write_json
+    from lze_bench.backends.openrlhf.head_build import check_recipe, head_dir
+    from lze_bench.predictor.build import build_once
 
     check_recipe(cfg)
-    target = head_dir(cfg)
-    if (target / INFO_FILE).exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target.parent / f"{target.name}.lock")):  # released by the OS if the holder dies
-        if (target / INFO_FILE).exists():
-            return target
-        tmp = target.parent / f".tmp-{target.name}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        info = _build(cfg, tmp)
-        atomic_write_json(tmp / INFO_FILE, {"key": target.name, **info})
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(tmp, target)
-    return target
+    return build_once(head_dir(cfg), lambda out: _build(cfg, out))
 
 
 def _build(cfg, out: Path) -> dict:
-    from lze_bench.backends.openrlhf.head_build import HEAD_FILE, _plain, _rows
+    from lze_bench.backends.openrlhf.head_build import HEAD_FILE, _rows
+    from lze_bench.config import config_dict
     from lze_bench.grading import Grader
     from lze_bench.predictor.build import train_and_save
     from lze_bench.predictor.encoder import Encoder
@@ -212,7 +194,7 @@ def _build(cfg, out: Path) -> dict:
                            labelers=[str(m) for m in recipe.labelers], flops=flops, times=times)
     return {
         "encoder": {"name": name, "path": name, "width": int(embeddings.shape[1])}, **built,
-        "samples": int(recipe.samples), "generation": str(recipe.generation), "recipe": _plain(recipe),
+        "samples": int(recipe.samples), "generation": str(recipe.generation), "recipe": config_dict(recipe),
     }
 
 

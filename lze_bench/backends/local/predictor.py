@@ -29,18 +29,16 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
-import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 
-from lze_bench.rundir import atomic_write_json
+from lze_bench.predictor.build import INFO_FILE
 
 log = logging.getLogger(__name__)
 
-HEAD_FILE, INFO_FILE = "head.pt", "info.json"
+HEAD_FILE = "head.pt"  # INFO_FILE (lze_bench.predictor.build) is written last
 BUILD_FORMAT = 1  # bump when the build changes, so old heads are not reused
 
 
@@ -113,28 +111,13 @@ def labeler_dirs(cfg, device, grader) -> tuple[list[Path], str]:
 
 def ensure_head(cfg, device, grader) -> Path:
     """The cached head directory for this config (`head.pt` + `info.json`), built first if missing."""
-    from filelock import FileLock
-
     from lze_bench.backends.local.warmstart import build_numerics, cache_root
+    from lze_bench.predictor.build import build_once
 
     dirs, labeler_key = labeler_dirs(cfg, device, grader)  # the labellers' warm start: built first if missing
     key = head_key(cfg.backend.predictor, labeler_key, cfg.task, cfg.trainer, build_numerics(device.type))
-    root = cache_root(cfg.backend) / "predictor"
-    target = root / key
-    if (target / INFO_FILE).exists():
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    with FileLock(root / f"{key}.lock"):  # released by the OS if the holder dies
-        if (target / INFO_FILE).exists():
-            return target
-        tmp = root / f".tmp-{key}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        info = _build(cfg, dirs, labeler_key, device, grader, tmp)
-        atomic_write_json(tmp / INFO_FILE, {"key": key, **info})
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(tmp, target)
-    return target
+    return build_once(cache_root(cfg.backend) / "predictor" / key,
+                      lambda out: _build(cfg, dirs, labeler_key, device, grader, out))
 
 
 def _build(cfg, dirs: list[Path], labeler_key: str, device, grader, out: Path) -> dict:

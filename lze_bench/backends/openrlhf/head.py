@@ -61,9 +61,10 @@ def check_head(cfg) -> None:
         from lze_bench.backends.openrlhf.head_build import HEAD_FILE, check_recipe, head_dir
 
         check_recipe(cfg)  # labellers and encoder named; the head itself may not be built yet (a dry run)
-        if not (head_dir(cfg) / HEAD_FILE).exists():
+        built = head_dir(cfg) / HEAD_FILE
+        if not built.exists():
             return
-        path = str(head_dir(cfg) / HEAD_FILE)
+        path = str(built)
     else:
         path = str(cfg.selector.predictor_path)
     from lze_bench.predictor.checkpoint import load_head, read_head

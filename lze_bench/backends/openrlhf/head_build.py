@@ -39,7 +39,6 @@ before submitting its runs (`sweep/heads.py`); a lone `lze-bench train` refuses 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -50,9 +49,10 @@ from typing import List, Optional
 from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
 from lze_bench.predictor import AuthorsTraining
+from lze_bench.predictor.build import INFO_FILE
 
 
-HEAD_FILE, INFO_FILE = "head.pt", "info.json"
+HEAD_FILE = "head.pt"  # INFO_FILE (lze_bench.predictor.build) is written last
 BUILD_FORMAT = 1  # bump when the build changes, so old heads are not reused
 
 # Shapes (config.json of each hub model, read by hand) used only for `--dry-run`'s FLOP estimate when a
@@ -100,16 +100,6 @@ class HeadBuildConfig(AuthorsTraining):
                 f"use vllm or hf, got {self.generation!r}")
 
 
-def _plain(value):
-    from omegaconf import DictConfig, ListConfig, OmegaConf
-
-    if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value, resolve=True)
-    if dataclasses.is_dataclass(value):
-        return dataclasses.asdict(value)
-    return value
-
-
 def uses_trained_head(cfg) -> bool:
     return (str(cfg.backend.name) == "openrlhf" and str(cfg.selector.name) == "astral"
             and str(cfg.selector.get("predictor", "kernel")) == "trained")
@@ -134,12 +124,13 @@ def check_recipe(cfg) -> None:
 def head_key(cfg) -> str:
     """What shapes the head, machine-free (the engine's numerics are not in it: a head built on another
     machine is the same recipe; `info.json` records where it was built)."""
-    recipe = {k: v for k, v in _plain(cfg.backend.predictor).items() if k not in ("cache_dir", "gen_batch_size")}
-    from lze_bench.config import env_data_root
+    from lze_bench.config import config_dict, env_data_root
+
+    recipe = {k: v for k, v in config_dict(cfg.backend.predictor).items() if k not in ("cache_dir", "gen_batch_size")}
 
     blob = json.dumps({
         "format": BUILD_FORMAT, "recipe": recipe, "encoder": str(cfg.selector.predictor_encoder),
-        "task": _plain(cfg.task), "data_root": env_data_root(cfg.data.root),
+        "task": config_dict(cfg.task), "data_root": env_data_root(cfg.data.root),
         "prompt": [str(cfg.backend.prompt), bool(cfg.backend.apply_chat_template)],
         "sampling": {k: cfg.trainer[k] for k in ("max_new_tokens", "temperature", "top_p")},
     }, sort_keys=True, default=str)
@@ -198,6 +189,7 @@ def estimate(cfg, questions: int | None) -> dict:
     """Upper-bound FLOPs of the build from configs alone (`--dry-run`): every labelling sequence at
     backend.max_len tokens (prompt + response), every question at backend.max_len - trainer.max_new_tokens
     tokens for the encoder (the prompt budget), the head's training exact (it depends only on counts)."""
+    from lze_bench.predictor.build import split_questions
     from lze_bench.predictor.head import DifficultyHead
     from lze_bench.predictor.train import batch_flops
 
@@ -220,8 +212,7 @@ def estimate(cfg, questions: int | None) -> dict:
         out["unknown"].append(str(cfg.selector.predictor_encoder))
     else:
         out["encoder"] = encoder.forward([prompt] * questions)
-    refs = min(int(recipe.ref_candidates), questions)
-    val = int(round(recipe.val_fraction * (questions - refs)))
+    refs, val = (ids.size for ids in split_questions(questions, recipe))  # the build's own split, by count
     pairs = len(recipe.labelers) * (questions - val)
     d = _encoder_width(str(cfg.selector.predictor_encoder))
     if d is not None:
