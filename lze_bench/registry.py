@@ -51,7 +51,7 @@ LOGGERS = Registry("logger")  # experiment trackers of `logger=[...]` (lze_bench
 
 # Built-in selectors in the order every table, figure and `sweep status` lists them: the
 # baseline first (report/plots.py gives each of these a fixed colour).
-SELECTOR_ORDER = ("uniform", "dapo", "astral", "hive", "greso", "lze", "lze_full", "mopps", "adarft", "sec", "pods")
+SELECTOR_ORDER = ("uniform", "dapo", "astral", "hive", "greso", "lze", "lze_full", "mopps", "adarft", "sec", "pods", "speed", "reinforce_ada")
 
 
 def display_order(labels) -> list[str]:

@@ -56,18 +56,33 @@ from typing import Callable
 import numpy as np
 
 from lze_bench.errors import LzeBenchError
+from lze_bench.ragged import append_rollouts, stack
 from lze_bench.selectors.base import (TAG_BEGIN_EPOCH, TAG_PROBE, TAG_SELECT_ROLLOUT, TAG_SELECT_UPDATE,
                                      RolloutBatch, UpdateDecision, step_rng)
 
-# rollout(ids, round_index, probe) -> (groups, batch): the backend's groups (any type) in the order of `ids`
+# rollout(ids, round_index, probe[, counts]) -> (groups, batch): the backend's groups (any type) in the order of
+# `ids`; `counts` (int[m], rollouts per id) is passed only for selectors that extend groups
 Rollout = Callable[[np.ndarray, int, bool], "tuple[list, RolloutBatch]"]
+
+
+@dataclass
+class Held:
+    """A group a selector held (`UpdateDecision.hold`): its backend group, its batch row, rollouts to add."""
+
+    group: object
+    row: RolloutBatch
+    extend: int = 0
+
+    @property
+    def prompt_id(self) -> int:
+        return int(self.row.prompt_ids[0])
 
 
 @dataclass
 class Round:
     index: int
-    ids: np.ndarray  # int64[m] rolled out this round, in the selector's order
-    groups: list  # the backend's groups, one per id
+    ids: np.ndarray  # int64[m] fresh prompts rolled out this round, in the selector's order
+    groups: list  # the backend's groups, one per batch row: held groups (extended) first, then one per id
     batch: RolloutBatch
     decision: UpdateDecision
 
@@ -87,14 +102,16 @@ class Selection:
     dropped: int = 0  # ids of a pass's end left unoffered by this step's first-round take (drop_last)
     time_select_s: float = 0.0
     time_rollout_s: float = 0.0
+    pending: list = field(default_factory=list)  # [Held] the last round held: the next step's first batch
 
     @property
     def rolled_out(self) -> int:
         return int(sum(r.ids.size for r in self.rounds))
 
     def fresh(self) -> list:
-        """(group, kept, round index) for every rolled-out group, in order."""
-        return [(g, bool(k), r.index) for r in self.rounds for g, k in zip(r.groups, r.decision.keep)]
+        """(group, kept, round index) for every group decided this step (a held group: where it was let go), in order."""
+        return [(g, bool(k), r.index) for r in self.rounds
+                for g, k, h in zip(r.groups, r.decision.keep, r.decision.held) if not h]
 
     def kept(self) -> list:
         return [group for group, keep, _ in self.fresh() if keep]
@@ -123,10 +140,10 @@ class _Clock:
         finally:
             self.selection.time_select_s += time.perf_counter() - start
 
-    def rollout(self, rollout: Rollout, ids: np.ndarray, round_index: int, probe: bool):
+    def rollout(self, rollout: Rollout, ids: np.ndarray, round_index: int, probe: bool, *counts):
         start = time.perf_counter()
         try:
-            return rollout(ids, round_index, probe)
+            return rollout(ids, round_index, probe, *counts)
         finally:
             self.selection.time_rollout_s += time.perf_counter() - start
 
@@ -160,13 +177,18 @@ class _Stream:
 
 def run_selection(selector, order, *, seed: int, step: int, batch_size: int, candidates_per_step: int | None,
                   max_rounds: int, group_size: int, rollout: Rollout, features=None,
-                  begun_epoch: int = -1) -> tuple[Selection, int]:
-    """One step's selector calls; returns (the decisions, the epoch begun: pass it back next step)."""
+                  begun_epoch: int = -1, pending: list | None = None,
+                  merge: Callable | None = None) -> tuple[Selection, int]:
+    """One step's selector calls; returns (the decisions, the epoch begun: pass it back next step).
+
+    `pending` are the groups an earlier step held (`Selection.pending`), `merge(old, new)` the backend's
+    joining of a held group with its new rollouts; both only matter for selectors that extend groups."""
     chunk = int(selector.round_chunk())
     if chunk > order.num_prompts:
         raise LzeBenchError(f"selector.chunk={chunk}: more than the task's {order.num_prompts} train prompts; "
                             "lower it (the authors' 32 is for S = 384)")
     first_count = chunk or int(candidates_per_step or selector.candidates_per_step(int(batch_size)))
+    selector.group_size = int(group_size)
     selection = Selection(step=int(step), epoch=order.epoch)
     clock = _Clock(selection)
     dropped_before = order.dropped
@@ -175,39 +197,78 @@ def run_selection(selector, order, *, seed: int, step: int, batch_size: int, can
     stream = _Stream(selector, order, seed, step, begun_epoch, clock)
     _probe(selector, seed, step, rollout, clock, selection)
     count, budget, round_index = first_count, int(selector.rollout_budget(int(batch_size))), 0
+    held, want_fresh = list(pending or []), True
     while True:
         selection.gen_rounds = round_index + 1
-        if chunk:
+        ids = np.zeros(0, dtype=np.int64)
+        if want_fresh and chunk:
             ids = _examine_chunks(selector, stream, chunk, budget, seed, step, round_index, features, clock, selection)
-        else:
+        elif want_fresh:
             candidates = (np.arange(order.num_prompts, dtype=np.int64) if selector.candidate_mode == "full"
                           else stream.take(count, round_index, across=round_index > 0))
             selection.considered += int(candidates.size)
+            if held:  # a prompt whose group is still being built is not started again beside it
+                candidates = candidates[~np.isin(candidates, [h.prompt_id for h in held])]
             ids = _select(selector, order, candidates, budget, seed, step, round_index, features, clock)
-        if ids.size == 0 and not selector.samples_in_rounds:
+        if ids.size == 0 and not held and not selector.samples_in_rounds:
             break
-        groups, batch = (clock.rollout(rollout, ids, round_index, False) if ids.size
-                         else ([], empty_batch(step, group_size)))
-        if batch.prompt_ids.tolist() != ids.tolist() or len(groups) != ids.size:
-            raise LzeBenchError("the backend returned groups for other prompts than it was asked to roll out")
+        groups, batch = _roll_round(selector, rollout, clock, held, ids, step, round_index, group_size, merge)
         clock.select(selector.observe, batch)
         decision = clock.select(selector.select_update, batch, step,
                                 step_rng(seed, step, TAG_SELECT_UPDATE, round_index))
-        if decision.keep.size != ids.size:
+        if decision.keep.size != batch.num_groups:
             raise LzeBenchError(f"selector {selector.name!r}: keep mask has {decision.keep.size} entries "
-                                f"for {ids.size} groups")
+                                f"for {batch.num_groups} groups")
         selection.rounds.append(Round(round_index, ids, list(groups), batch, decision))
         selection.partial |= bool(decision.partial)
-        if decision.more <= 0:
+        held = [Held(groups[g], batch.subset([g]), int(decision.extension[g]))
+                for g in np.flatnonzero(decision.held)]
+        extending = any(h.extend > 0 for h in held) and not decision.defer
+        if decision.more <= 0 and not extending:
             break
         if round_index + 1 >= int(max_rounds):
             selection.partial = True
             break
-        budget = int(decision.more)
+        budget, want_fresh = int(decision.more), decision.more > 0
         count = selector.round_candidates(budget)
         round_index += 1
+    selection.pending = held
     selection.dropped = int(order.dropped - dropped_before)
     return selection, stream.begun_epoch
+
+
+def _roll_round(selector, rollout: Rollout, clock: _Clock, held: list, ids: np.ndarray, step: int,
+                round_index: int, group_size: int, merge) -> tuple[list, RolloutBatch]:
+    """The round's groups and batch: the held groups first (with their new rollouts), then the fresh ones.
+
+    The held groups' new rollouts and the fresh groups are generated in one backend call, so one
+    sampling seed per round serves both."""
+    growing = [h for h in held if h.extend > 0]
+    roll_ids = np.concatenate([np.array([h.prompt_id for h in growing], dtype=np.int64), ids])
+    if roll_ids.size == 0:
+        groups, batch = [], empty_batch(step, group_size)
+    elif selector.extends_groups:
+        counts = np.concatenate([np.array([h.extend for h in growing], dtype=np.int64),
+                                 np.full(ids.size, selector.first_rollouts(group_size), dtype=np.int64)])
+        groups, batch = clock.rollout(rollout, roll_ids, round_index, False, counts)
+    else:
+        groups, batch = clock.rollout(rollout, roll_ids, round_index, False)
+    if batch.prompt_ids.tolist() != roll_ids.tolist() or len(groups) != roll_ids.size:
+        raise LzeBenchError("the backend returned groups for other prompts than it was asked to roll out")
+    if not held:
+        return list(groups), batch
+    new_rows = iter(range(len(growing)))
+    held_groups, held_rows = [], []
+    for h in held:
+        if h.extend > 0:
+            g = next(new_rows)
+            held_groups.append(merge(h.group, groups[g]))
+            held_rows.append(append_rollouts(h.row, batch.subset([g]), step))
+        else:
+            held_groups.append(h.group)
+            held_rows.append(h.row)
+    fresh = batch.subset(np.arange(len(growing), roll_ids.size))
+    return held_groups + list(groups[len(growing):]), stack(held_rows + [fresh], step)
 
 
 def _examine_chunks(selector, stream: _Stream, chunk: int, want: int, seed, step, round_index, features, clock,

@@ -477,6 +477,10 @@ SPEC_DEFAULTS = {
     "sec": {"column": "level", "labels": None, "temperature": 0.4, "lr": 0.5},
     # selectors.md §14: the authors' n / m = 4 (32/8, 64/16, 128/32) and TRL's epsilon
     "pods": {"num_kept": None, "down_sample_ratio": 4, "adv_eps": 1e-4},
+    # selectors.md §15 (Reinforce-Ada: algorithm.py:89-95, run_reinforce_ada.sh), §16 (SPEED: run_fast_rloo_7b.sh)
+    "reinforce_ada": {"choice": "balanced", "positive_threshold": 0.7, "max_rounds": 4, "round_repeat": None,
+                      "global_stat_est": True},
+    "speed": {"n_init": 4, "n_continue": 20, "gen_batch_size": None, "n_gpus": 1, "max_num_gen_batches": 50},
 }
 SPEC_DEFAULTS["lze_full"] = {**SPEC_DEFAULTS["lze"], "prune_enabled": True}
 

@@ -19,7 +19,7 @@ from lze_bench.selectors.base import (  # noqa: F401  (public interface)
     top_k,
 )
 
-SELECTOR_MODULES = ("uniform", "dapo", "astral", "hive", "greso", "lze", "mopps", "adarft", "sec", "pods")
+SELECTOR_MODULES = ("uniform", "dapo", "astral", "hive", "greso", "lze", "mopps", "adarft", "sec", "pods", "reinforce_ada", "speed")
 
 for _module in SELECTOR_MODULES:
     importlib.import_module(f"lze_bench.selectors.{_module}")

@@ -86,6 +86,10 @@ class RolloutBatch:
     response_entropy  float32[G, n]   mean token entropy per response (optional)
     prompt_entropy    float32[G]      mean next-token entropy over the prompt (optional)
     prompt_embedding  float32[G, d]   (optional)
+    valid             bool[G, n]      ragged groups (methods.md §4.1): which columns hold a rollout; the
+                                      padding's rewards are 0 and never count (None = every column)
+    rollout_step      int32[G, n]     the step each rollout was generated at, when a group was carried
+                                      over from an earlier step (None = every rollout at `step`)
     """
 
     prompt_ids: np.ndarray
@@ -96,6 +100,8 @@ class RolloutBatch:
     response_entropy: np.ndarray | None = None
     prompt_entropy: np.ndarray | None = None
     prompt_embedding: np.ndarray | None = None
+    valid: np.ndarray | None = None
+    rollout_step: np.ndarray | None = None
 
     def __post_init__(self):
         self.prompt_ids = np.asarray(self.prompt_ids, dtype=np.int64).reshape(-1)
@@ -115,6 +121,15 @@ class RolloutBatch:
         self._check_rows("response_entropy", 2)
         self._check_rows("prompt_entropy", 1)
         self._check_rows("prompt_embedding", 2)
+        for name in ("valid", "rollout_step"):
+            value = getattr(self, name)
+            if value is not None and np.shape(value) != self.rewards.shape:
+                raise LzeBenchError(f"RolloutBatch.{name} must have the rewards' shape {self.rewards.shape}; "
+                                    f"got {np.shape(value)}")
+        if self.valid is not None:
+            self.valid = np.asarray(self.valid, dtype=bool)
+        if self.rollout_step is not None:
+            self.rollout_step = np.asarray(self.rollout_step, dtype=np.int32)
 
     def _check_rows(self, name: str, ndim: int) -> None:
         value = getattr(self, name)
@@ -137,14 +152,28 @@ class RolloutBatch:
         return int(self.rewards.shape[1])
 
     @property
+    def counts(self) -> np.ndarray:
+        """int64[G]: rollouts in each group (n for every row unless the batch is ragged)."""
+        if self.valid is None:
+            return np.full(self.num_groups, self.group_size, dtype=np.int64)
+        return self.valid.sum(axis=1, dtype=np.int64)
+
+    @property
     def pass_rate(self) -> np.ndarray:
-        """float64[G]: mean reward of each group."""
-        return self.rewards.mean(axis=1, dtype=np.float64)
+        """float64[G]: mean reward of each group (over its rollouts only, when ragged)."""
+        if self.valid is None:
+            return self.rewards.mean(axis=1, dtype=np.float64)
+        total = np.where(self.valid, self.rewards, 0).sum(axis=1, dtype=np.float64)
+        return total / np.maximum(self.counts, 1)
 
     @property
     def zero_variance(self) -> np.ndarray:
         """bool[G]: groups whose rewards are all equal (zero GRPO advantage)."""
-        return self.rewards.max(axis=1) <= self.rewards.min(axis=1)
+        if self.valid is None:
+            return self.rewards.max(axis=1) <= self.rewards.min(axis=1)
+        high = np.where(self.valid, self.rewards, -np.inf).max(axis=1, initial=-np.inf)
+        low = np.where(self.valid, self.rewards, np.inf).min(axis=1, initial=np.inf)
+        return ~(high > low)
 
     def subset(self, mask_or_index: np.ndarray) -> "RolloutBatch":
         """The same batch restricted to some groups (a bool mask or indices)."""
@@ -173,6 +202,14 @@ class UpdateDecision:
                     the prompt (Reinforce-Ada's `global_stat_est`); without `keep_rollouts` both are all n.
     advantage_eps   float or None   the std's epsilon for this batch's groups (PODS: 1e-4, as TRL);
                     None = the trainer's own (grpo.py: 1e-6).
+    hold     bool[G] or None   groups neither trained nor dropped now (methods.md §4.1, §4.3): they come back,
+                    with every rollout they have, in the selector's next batch: the next round of this step,
+                    or the first round of the next step when this step ends (SPEED's queues). Disjoint from keep.
+    extend   int[G] or None    for held groups, how many more rollouts of the prompt to generate before they
+                    come back (SPEED's continuation, Reinforce-Ada's rounds); 0 = come back as they are.
+    defer    bool     the step ends now even though held groups ask for rollouts: they are generated at the
+                    next step's first round (SPEED: the last screening's survivors continue there). Without it
+                    a held group that asks for rollouts makes one more round of this step.
     """
 
     keep: np.ndarray
@@ -182,6 +219,9 @@ class UpdateDecision:
     keep_rollouts: np.ndarray | None = None
     advantage_stats: str = "kept"
     advantage_eps: float | None = None
+    hold: np.ndarray | None = None
+    extend: np.ndarray | None = None
+    defer: bool = False
 
     def __post_init__(self):
         self.keep = np.asarray(self.keep, dtype=bool).reshape(-1)
@@ -194,12 +234,38 @@ class UpdateDecision:
             if self.keep_rollouts.ndim != 2 or self.keep_rollouts.shape[0] != self.keep.size:
                 raise ValueError(f"UpdateDecision.keep_rollouts must be bool[G, n] with G={self.keep.size} "
                                  f"groups; got shape {self.keep_rollouts.shape}")
+        self._check_hold()
         if self.advantage_stats not in ("kept", "generated"):
             raise ValueError(f"UpdateDecision.advantage_stats must be 'kept' or 'generated', "
                              f"got {self.advantage_stats!r}")
 
-    def rollout_mask(self, group_size: int) -> np.ndarray:
-        """bool[G, n]: the rollouts that reach the update (a kept group's flagged rollouts)."""
+    def _check_hold(self) -> None:
+        groups = self.keep.size
+        if self.hold is not None:
+            self.hold = np.asarray(self.hold, dtype=bool).reshape(-1)
+            if self.hold.size != groups or (self.hold & self.keep).any():
+                raise ValueError(f"UpdateDecision.hold must be bool[{groups}] and disjoint from keep")
+        if self.extend is not None:
+            self.extend = np.asarray(self.extend, dtype=np.int64).reshape(-1)
+            held = self.hold if self.hold is not None else np.zeros(groups, dtype=bool)
+            if self.extend.size != groups or (self.extend < 0).any() or (self.extend[~held] > 0).any():
+                raise ValueError(f"UpdateDecision.extend must be int[{groups}] >= 0, > 0 only for held groups")
+
+    @property
+    def held(self) -> np.ndarray:
+        """bool[G]: the groups that come back in the selector's next batch."""
+        return np.zeros(self.keep.size, dtype=bool) if self.hold is None else self.hold
+
+    @property
+    def extension(self) -> np.ndarray:
+        """int64[G]: rollouts to generate for each held group before it comes back (0 for the others)."""
+        return np.zeros(self.keep.size, dtype=np.int64) if self.extend is None else self.extend
+
+    def rollout_mask(self, group_size: int, valid: np.ndarray | None = None) -> np.ndarray:
+        """bool[G, n]: the rollouts that reach the update (a kept group's flagged rollouts; of a ragged
+        batch, only the columns that hold a rollout)."""
+        if valid is not None:
+            return self.rollout_mask(group_size) & valid
         if self.keep_rollouts is None:
             return np.repeat(self.keep[:, None], int(group_size), axis=1)
         if self.keep_rollouts.shape[1] != int(group_size):
@@ -234,6 +300,14 @@ class Selector:
     # True for selectors whose decisions keep a subset of a group's rollouts (`UpdateDecision.keep_rollouts`):
     # a backend that can only train whole groups refuses them (backend=openrlhf, for now)
     keeps_rollouts: ClassVar[bool] = False
+    # True for selectors that hold groups and ask for more rollouts of them (`UpdateDecision.hold/extend`:
+    # SPEED, Reinforce-Ada): groups become ragged and may wait for a later step. A backend that rolls out
+    # fixed groups refuses them (backend=openrlhf, for now); replay cannot reveal rollouts a log never had
+    extends_groups: ClassVar[bool] = False
+
+    # trainer.n_samples, which the harness sets before each step (run_selection, replay): the group size of
+    # fixed groups, the kept rollouts per prompt of a selector that extends groups (Reinforce-Ada's n)
+    group_size: int | None = None
 
     def __init__(self, config=None, *, num_prompts: int, batch_size: int | None = None):
         if int(num_prompts) <= 0:
@@ -260,6 +334,11 @@ class Selector:
 
     def select_update(self, batch: RolloutBatch, step: int, rng) -> UpdateDecision:
         raise NotImplementedError
+
+    def first_rollouts(self, group_size: int) -> int:
+        """Rollouts per prompt the first time a prompt is rolled out in a step (`trainer.n_samples` = n for
+        every selector but those that extend groups: SPEED's n_init, Reinforce-Ada's round_repeat)."""
+        return int(group_size)
 
     def candidates_per_step(self, budget: int) -> int:
         """How many candidates the backend offers `select_rollout` per step for `budget` = B prompts per update.

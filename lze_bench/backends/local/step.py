@@ -72,12 +72,13 @@ class StepRunner:
     """Holds what every step needs; `run(step)` returns (ledger row, rollout rows)."""
 
     def __init__(self, *, cfg, selector, stream, model, tokenizer, optimizer, ref_model, grader, flop_model,
-                 features, store, prompts, answers, device, begun_epoch: int = -1):
+                 features, store, prompts, answers, device, begun_epoch: int = -1, pending: list | None = None):
         self.cfg, self.selector, self.stream = cfg, selector, stream
         self.model, self.tokenizer, self.optimizer, self.ref_model = model, tokenizer, optimizer, ref_model
         self.grader, self.flop_model, self.features, self.store = grader, flop_model, features, store
         self.prompts, self.answers, self.device = prompts, answers, device
         self.begun_epoch = begun_epoch
+        self.pending = list(pending or [])  # groups a selector held for the next step (SPEED), checkpointed
         self.seed, self.trainer = int(cfg.seed), cfg.trainer
 
     # --- rollouts ----------------------------------------------------------------
@@ -89,9 +90,12 @@ class StepRunner:
         generator.manual_seed(seed)
         return generator
 
-    def rollout(self, ids: np.ndarray, step: int, kind: int, round_index: int, counters: StepCounters):
+    def rollout(self, ids: np.ndarray, step: int, kind: int, round_index: int, counters: StepCounters,
+                counts: np.ndarray | None = None):
+        """Roll out `counts[i]` samples of prompt `ids[i]` (all `trainer.n_samples` without counts) and grade them."""
         n = self.trainer.n_samples
-        flat = np.repeat(ids, n)
+        counts = np.full(len(ids), n, dtype=np.int64) if counts is None else np.asarray(counts, dtype=np.int64)
+        flat = np.repeat(ids, counts)
         start = time.perf_counter()
         gen = generate(self.model, self.tokenizer, [self.prompts[i] for i in flat],
                        max_new_tokens=self.trainer.max_new_tokens, temperature=self.trainer.temperature,
@@ -106,27 +110,39 @@ class StepRunner:
         counters.prompt_tokens += int(gen.prompt_tokens.sum())
         counters.generated_tokens += int(response_tokens.sum())
         counters.flops_rollout += self.flop_model.generation(gen.prompt_tokens, response_tokens)
-        rewards = np.array([1.0 if g.correct else 0.0 for g in grades], dtype=np.float32).reshape(len(ids), n)
+        flat_rewards = np.array([1.0 if g.correct else 0.0 for g in grades], dtype=np.float32)
+        starts = np.concatenate([[0], np.cumsum(counts)])
         groups = [
-            Group(int(pid), step, self.prompts[pid], gen.response_ids[g * n:(g + 1) * n],
-                  gen.logprobs[g * n:(g + 1) * n], rewards[g])
+            Group(int(pid), step, self.prompts[pid], gen.response_ids[starts[g]:starts[g + 1]],
+                  gen.logprobs[starts[g]:starts[g + 1]], flat_rewards[starts[g]:starts[g + 1]].copy())
             for g, pid in enumerate(ids)
         ]
-        batch = RolloutBatch(prompt_ids=ids, rewards=rewards, step=step,
-                             response_tokens=response_tokens.reshape(len(ids), n),
-                             prompt_tokens=gen.prompt_tokens.reshape(len(ids), n)[:, 0],
-                             response_entropy=gen.entropy.reshape(len(ids), n))
+        width = int(counts.max()) if counts.size else n
+        valid = np.arange(width)[None, :] < counts[:, None]
+        batch = RolloutBatch(prompt_ids=ids, rewards=_rows(flat_rewards, valid), step=step,
+                             response_tokens=_rows(response_tokens, valid),
+                             prompt_tokens=gen.prompt_tokens[starts[:-1]] if len(ids) else gen.prompt_tokens,
+                             response_entropy=_rows(gen.entropy, valid),
+                             valid=None if valid.all() else valid)
         return groups, batch
+
+    @staticmethod
+    def _merge(old: Group, new: Group) -> Group:
+        """A held group with the rollouts just generated for it appended (SPEED, Reinforce-Ada)."""
+        return dataclasses.replace(old, responses=list(old.responses) + list(new.responses),
+                                   behaviour_logprobs=list(old.behaviour_logprobs) + list(new.behaviour_logprobs),
+                                   rewards=np.concatenate([old.rewards, new.rewards]))
 
     def _responses(self, groups: list[Group]) -> int:
         """Rollouts of these groups that reach the update: a group's train_mask, else all n."""
-        return sum(self.trainer.n_samples if g.train_mask is None else int(g.train_mask.sum()) for g in groups)
+        return sum(len(g.responses) if g.train_mask is None else int(g.train_mask.sum()) for g in groups)
 
     @staticmethod
     def _subset(group: Group, decision, row: np.ndarray) -> Group:
         """The group as the update sees it: with a selector's kept rollouts (PODS) when it chose some."""
         if decision.keep_rollouts is None:
             return group
+        row = row[:len(group.responses)]  # a ragged batch's row: its rollouts first, then padding
         stats = row if decision.advantage_stats == "kept" else None
         eps = group.adv_eps if decision.advantage_eps is None else float(decision.advantage_eps)
         return dataclasses.replace(group, train_mask=row.copy(), stats_mask=stats, adv_eps=eps)
@@ -147,8 +163,9 @@ class StepRunner:
         start = time.perf_counter()
         counters = StepCounters()
 
-        def rollout(ids, round_index, probe):
-            groups, batch = self.rollout(ids, step, KIND_PROBE if probe else KIND_TRAIN, round_index, counters)
+        def rollout(ids, round_index, probe, counts=None):
+            extra = () if counts is None else (counts,)  # fixed groups: the call every backend test double knows
+            groups, batch = self.rollout(ids, step, KIND_PROBE if probe else KIND_TRAIN, round_index, counters, *extra)
             if probe:
                 counters.probed += len(ids)
             return groups, batch
@@ -156,22 +173,32 @@ class StepRunner:
         selection, self.begun_epoch = run_selection(
             self.selector, self.stream, seed=self.seed, step=step, batch_size=self.trainer.batch_size,
             candidates_per_step=self.cfg.data.candidates_per_step, max_rounds=self.cfg.backend.max_gen_rounds,
-            group_size=self.trainer.n_samples, rollout=rollout, features=self.features, begun_epoch=self.begun_epoch)
+            group_size=self.trainer.n_samples, rollout=rollout, features=self.features, begun_epoch=self.begun_epoch,
+            pending=self.pending, merge=self._merge)
+        self.pending = selection.pending
         counters.considered, counters.rolled_out = selection.considered, selection.rolled_out
         counters.time_select_s = selection.time_select_s
         epoch, partial, replay_keys = selection.epoch, selection.partial, selection.replay_keys()
         fresh, log_rows = [], []
         for round_ in selection.rounds:
             batch, decision = round_.batch, round_.decision
-            counters.rewards.append(batch.rewards)
-            rollouts = decision.rollout_mask(batch.group_size)
-            for group, keep, row, tokens, entropy in zip(round_.groups, decision.keep, rollouts,
-                                                         batch.response_tokens, batch.response_entropy):
-                fresh.append((group, bool(keep), self._subset(group, decision, row)))
-                log_rows.append({"step": step, "prompt_id": group.prompt_id, "rewards": group.rewards.tolist(),
-                                 "response_tokens": tokens.tolist(), "kept": bool(keep), "epoch": epoch,
-                                 "round": round_.index, "response_entropy": entropy.tolist(),
-                                 "kept_rollouts": row.tolist()})
+            final = ~decision.held
+            rollouts, counts = decision.rollout_mask(batch.group_size, batch.valid), batch.counts
+            if batch.valid is None and final.all():
+                counters.rewards.append(batch.rewards)
+            else:  # ragged or held rows: each decided group's own rollouts
+                counters.rewards.extend(batch.rewards[g:g + 1, :counts[g]] for g in np.flatnonzero(final))
+            for g in np.flatnonzero(final):
+                group, keep, k = round_.groups[g], bool(decision.keep[g]), int(counts[g])
+                fresh.append((group, keep, self._subset(group, decision, rollouts[g])))
+                log_row = {"step": step, "prompt_id": group.prompt_id, "rewards": group.rewards.tolist(),
+                           "response_tokens": batch.response_tokens[g, :k].tolist(), "kept": keep, "epoch": epoch,
+                           "round": round_.index, "response_entropy": batch.response_entropy[g, :k].tolist(),
+                           "kept_rollouts": rollouts[g, :k].tolist()}
+                if self.selector.extends_groups:  # how stale each rollout is (methods.md §4.3)
+                    steps = batch.rollout_step[g, :k] if batch.rollout_step is not None else np.full(k, step)
+                    log_row["rollout_steps"] = steps.tolist()
+                log_rows.append(log_row)
         replayed = [self.store.get(pid, gen_step) for pid, gen_step in dict.fromkeys(replay_keys)]
         for group, _, _ in fresh:
             self.store.put(group)  # as generated: a replay (ASTRAL) gets every rollout
@@ -189,7 +216,7 @@ class StepRunner:
                             self.tokenizer.pad_token_id, self.ref_model)
         time_update = time.perf_counter() - update_start
         flops_select, _ = self.features.take_costs()
-        rewards = np.concatenate(counters.rewards) if counters.rewards else np.zeros((0, self.trainer.n_samples))
+        reward_mean, zero_variance_frac = _reward_summary(counters.rewards, self.trainer.n_samples)
         # zero advantage: the rewards the advantage statistics are taken over are all equal
         zero_var = lambda g: bool(np.ptp(g.rewards if g.stats_mask is None else g.rewards[g.stats_mask]) == 0)  # noqa: E731
         row = {
@@ -203,8 +230,7 @@ class StepRunner:
             "flops_train": stats.flops_train, "flops_select": flops_select,
             "time_rollout_s": counters.time_rollout_s, "time_grade_s": counters.time_grade_s,
             "time_select_s": counters.time_select_s, "time_update_s": time_update,
-            "reward_mean": float(rewards.mean()) if rewards.size else float("nan"),
-            "zero_variance_frac": zero_variance_fraction(rewards),
+            "reward_mean": reward_mean, "zero_variance_frac": zero_variance_frac,
             "kept_zero_variance": sum(zero_var(g) for g in train_groups),
             "partial": bool(partial),
             **{name: float("nan") for name in STEP_METRICS}, **self.selector.step_metrics(),
@@ -216,3 +242,26 @@ class StepRunner:
             "_elapsed_s": time.perf_counter() - start,
         }
         return row, log_rows
+
+
+def _rows(flat: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Per-rollout values in generation order as [G, width] rows, zero where `valid` is False."""
+    out = np.zeros(valid.shape, dtype=flat.dtype)
+    out[valid] = flat
+    return out
+
+
+def _reward_summary(parts: list, n: int) -> tuple[float, float]:
+    """(reward_mean, zero_variance_frac) over the rollouts of the groups decided this step.
+
+    `parts` are [G, n] matrices, or [1, k] rows of groups of k rollouts (ragged, held); equal widths take
+    the matrix path every fixed-group selector always took, so their ledgers keep their values bit for bit."""
+    if not parts:
+        parts = [np.zeros((0, n), dtype=np.float32)]
+    if len({p.shape[1] for p in parts}) == 1:
+        rewards = np.concatenate(parts)
+        return (float(rewards.mean()) if rewards.size else float("nan")), zero_variance_fraction(rewards)
+    total = sum(float(p.sum(dtype=np.float64)) for p in parts)
+    count = sum(p.size for p in parts)
+    flat_groups = [row for p in parts for row in p]
+    return total / count, float(np.mean([np.ptp(row) == 0 for row in flat_groups]))

@@ -241,12 +241,13 @@ class _Session:
             from lze_bench.backends.local.predictor import head_features
 
             features = head_features(cfg, [r["problem"] for r in rows], features, self.run_dir, device, self.grader)
-        begun_epoch = -1
+        begun_epoch, pending = -1, []
         self.ledger, self.rollouts = Ledger(self.run_dir), RolloutLog(self.run_dir)
         if resume:
             state = load_checkpoint(self.run_dir, self.updates, self.optimizer, selector, store)
             stream.load_state_dict(state["stream"])
             begun_epoch = int(state["begun_epoch"])
+            pending = state.get("pending", [])  # groups a selector held for the next step (SPEED)
             features.embeddings_charged = bool(state.get("embeddings_charged", False))
             log.info("resuming %s from checkpoint step_%06d", self.run_dir, self.updates)
         self.ledger.truncate_after(self.updates - 1)
@@ -263,7 +264,8 @@ class _Session:
         self.runner = StepRunner(cfg=cfg, selector=selector, stream=stream, model=model, tokenizer=tokenizer,
                                  optimizer=self.optimizer, ref_model=ref_model, grader=self.grader,
                                  flop_model=self.flop_model, features=features, store=store, prompts=prompts,
-                                 answers=[r["answer"] for r in rows], device=device, begun_epoch=begun_epoch)
+                                 answers=[r["answer"] for r in rows], device=device, begun_epoch=begun_epoch,
+                                 pending=pending)
 
     def _load_initial(self):
         from lze_bench.backends.local.model import load_policy
@@ -296,7 +298,8 @@ class _Session:
         from lze_bench.backends.local.state import save_checkpoint
 
         state = {"stream": self.stream.state_dict(), "begun_epoch": self.runner.begun_epoch,
-                 "embeddings_charged": self.features.embeddings_charged, "updates": self.updates}
+                 "embeddings_charged": self.features.embeddings_charged, "updates": self.updates,
+                 "pending": self.runner.pending}
         save_checkpoint(self.run_dir, self.updates, self.model, self.tokenizer, self.optimizer, self.selector,
                         self.store, state)
 

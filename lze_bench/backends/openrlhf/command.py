@@ -269,12 +269,13 @@ def check(cfg) -> None:
 
 def runnable_selectors() -> list[str]:
     """Registered selectors this backend runs (features: features.py, replay: update.py): all but those that
-    keep a subset of a group's rollouts (`keeps_rollouts`, pods), whose per-rollout update is local-only so far."""
+    keep a subset of a group's rollouts (`keeps_rollouts`, pods) or extend groups (`extends_groups`: speed,
+    reinforce_ada), whose per-rollout generation and update are local-only so far."""
     from lze_bench.registry import SELECTORS
 
     import lze_bench.selectors  # noqa: F401  (registers them)
 
-    return sorted(name for name, cls in SELECTORS.items() if not cls.keeps_rollouts)
+    return sorted(name for name, cls in SELECTORS.items() if not (cls.keeps_rollouts or cls.extends_groups))
 
 
 def _check_selector(cfg) -> None:
@@ -285,7 +286,8 @@ def _check_selector(cfg) -> None:
         raise LzeBenchError(f"selector={name} is not registered; see `lze-bench selectors`")
     if name not in runnable_selectors():
         raise LzeBenchError(f"selector={name}: backend=openrlhf does not support it yet (it trains a subset of each "
-                            f"group's rollouts, which only backend=local runs so far); use backend=local")
+                            f"group's rollouts or asks for more rollouts of a group, which only backend=local runs so "
+                            f"far); use backend=local")
     from lze_bench.backends.openrlhf.head import check_head
 
     check_head(cfg)  # astral's learned head: the file, its format, its encoder (one line each)

@@ -1,0 +1,136 @@
+"""Reinforce-Ada: sample each prompt in rounds until it has enough right and wrong answers, train on a balanced n.
+
+Source: Xiong et al., "Reinforce-Ada: An Adaptive Sampling Framework for
+Reinforce-Style LLM Training" (arXiv 2510.04996); code `RLHFlow/Reinforce-Ada`
+@ 05be6058: `verl/trainer/ppo/ray_trainer.py:929-1215`
+(`_generate_multi_round_adaptive_downsampling`), `core_algos.py:305-326`
+(advantage from the pool's counts), `verl/trainer/config/algorithm.py:89-95`,
+`scripts/run_reinforce_ada.sh`. Rules, defaults and departures: selectors.md §15.
+
+Rule, per step (B prompts, n = `trainer.n_samples` kept per prompt):
+- every prompt starts active; each round generates `round_repeat` rollouts of
+  every active prompt, for at most `max_rounds` rounds;
+- a rollout is positive when its reward > `positive_threshold`;
+- after the whole round is in (so every rollout of the round counts), a prompt
+  finishes: `balanced` once it has >= floor(n/2) positives and >= n - floor(n/2)
+  negatives; `positive_focused` at its first positive;
+- a finished prompt keeps n rollouts: min(floor(n/2), P) of its first positives
+  and min(n - that, Q) of its first negatives in generation order, topped up
+  from the positives, else the negatives, when that is short of n (the code's
+  `downsample_cache`);
+- after the last round an unfinished prompt still trains on
+  take = min(n, P + Q) rollouts: `balanced` aims at floor(n/2) positives and
+  n - floor(n/2) negatives (the values the round loop last assigned), and
+  `positive_focused` at max(min(ceil(P/(P+Q) * n), take - 1), 1) positives and
+  the rest negatives; each capped at what exists, then topped up from the
+  positives, else the negatives. All-0 groups can therefore train;
+- the advantage's mean (and std) come from every rollout generated for the
+  prompt (`global_stat_est=True` in the authors' script), not only the kept n.
+
+Interface mapping: round 0 rolls out the B candidates with `round_repeat`
+rollouts each (`first_rollouts`); an unfinished prompt is held with
+`extend=round_repeat`, so the backend's next round adds that many rollouts to
+its group; a prompt's round count is its rollouts / `round_repeat`. The
+selector is stateless: everything it needs is in the batch.
+
+Choices and departures (ours):
+- n, the kept rollouts per prompt, is `trainer.n_samples` (the authors pass
+  `rollout.n` = 4); `round_repeat` null = 2n, the authors' 8 for n = 4 (their
+  yaml default), so the generated/kept ratio matches theirs at any n;
+- advantages: the authors' script sets `norm_adv_by_std_in_grpo=False` (r - mean,
+  Dr.GRPO); here the trainer's `trainer.scale_rewards` decides for every selector
+  of a comparison alike; set it false to run their script's estimator. With
+  scaling, our std is over the same pool (theirs clamps it at 1e-6 from below
+  and adds 1e-6; ours adds the trainer's epsilon);
+- the dp-size padding of each round's generation batch (the padded rollouts
+  are generated and discarded) is a multi-GPU artifact and is not reproduced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from lze_bench.config.schema import require
+from lze_bench.registry import SELECTORS
+from lze_bench.selectors.base import StatelessSelector, UpdateDecision
+
+CHOICES = ("balanced", "positive_focused")
+
+
+@dataclass
+class ReinforceAdaConfig:
+    name: str = "reinforce_ada"
+    choice: str = "balanced"  # reinforce_ada_choice: run_reinforce_ada.sh:57, algorithm.py:90
+    positive_threshold: float = 0.7  # algorithm.py:91
+    max_rounds: int = 4  # algorithm.py:92
+    round_repeat: Optional[int] = None  # algorithm.py:93 says 8 for n = 4; null = 2 x trainer.n_samples
+    global_stat_est: bool = True  # run_reinforce_ada.sh:58 (the yaml default is False)
+
+    def __post_init__(self):
+        require(self.choice in CHOICES, "selector.choice", f"must be one of {', '.join(CHOICES)}, got {self.choice!r}")
+        require(self.max_rounds >= 1, "selector.max_rounds", f"must be >= 1, got {self.max_rounds}")
+        require(self.round_repeat is None or self.round_repeat >= 1, "selector.round_repeat",
+                f"must be >= 1 or null, got {self.round_repeat}")
+
+
+def kept_counts(pos: np.ndarray, neg: np.ndarray, n: int, finished: np.ndarray, choice: str) -> tuple:
+    """int[G] positives and int[G] negatives each group keeps (module docstring; the authors' two branches).
+
+    Finished: `downsample_cache(n)`; unfinished after the last round: the fallback over take = min(n, P + Q)."""
+    take = np.where(finished, n, np.minimum(n, pos + neg))
+    target_pos = np.full(pos.shape, n // 2, dtype=np.int64)
+    if choice == "positive_focused":
+        ratio = np.divide(pos, pos + neg, out=np.zeros(pos.shape), where=(pos + neg) > 0)
+        fallback = np.maximum(np.minimum(np.ceil(ratio * n).astype(np.int64), take - 1), 1)
+        target_pos = np.where(finished, target_pos, fallback)
+    kept_pos = np.minimum(pos, target_pos)
+    fallback_neg = (n - n // 2) if choice == "balanced" else take - target_pos
+    kept_neg = np.minimum(neg, np.where(finished, n - kept_pos, fallback_neg))
+    short = take - kept_pos - kept_neg
+    more_pos = np.where(pos > kept_pos, np.minimum(pos - kept_pos, short), 0)
+    more_neg = np.where((pos <= kept_pos) & (neg > kept_neg), np.minimum(neg - kept_neg, short), 0)
+    return kept_pos + more_pos, kept_neg + more_neg
+
+
+@SELECTORS.add("reinforce_ada")
+class ReinforceAdaSelector(StatelessSelector):
+    """Reinforce-Ada: rounds of `round_repeat` rollouts per active prompt, a balanced n kept per prompt."""
+
+    Config = ReinforceAdaConfig
+    name = "reinforce_ada"
+    keeps_rollouts = True
+    extends_groups = True
+
+    def round_repeat(self, n: int) -> int:
+        return int(self.config.round_repeat) if self.config.round_repeat is not None else 2 * int(n)
+
+    def first_rollouts(self, group_size: int) -> int:
+        return self.round_repeat(group_size)
+
+    def select_rollout(self, candidate_ids, budget, step, rng, features=None):
+        return candidate_ids[:budget]  # every prompt of the batch starts active
+
+    def select_update(self, batch, step, rng):
+        cfg, n = self.config, int(self.group_size or batch.group_size)  # n: kept per prompt (the authors' rollout.n)
+        valid = np.ones(batch.rewards.shape, dtype=bool) if batch.valid is None else batch.valid
+        positive = (batch.rewards > cfg.positive_threshold) & valid
+        negative = valid & ~positive
+        pos, neg = positive.sum(axis=1), negative.sum(axis=1)
+        if cfg.choice == "balanced":
+            finished = (pos >= n // 2) & (neg >= n - n // 2)
+        else:
+            finished = pos >= 1
+        rounds = valid.sum(axis=1) // self.round_repeat(n)
+        last = rounds >= cfg.max_rounds
+        keep = finished | last
+        kept_pos, kept_neg = kept_counts(pos, neg, n, finished, cfg.choice)
+        # the first kept_pos positives and kept_neg negatives in generation order
+        rank_pos, rank_neg = np.cumsum(positive, axis=1), np.cumsum(negative, axis=1)
+        keep_rollouts = (positive & (rank_pos <= kept_pos[:, None])) | (negative & (rank_neg <= kept_neg[:, None]))
+        hold = ~keep
+        return UpdateDecision(keep=keep, keep_rollouts=keep_rollouts & keep[:, None],
+                              advantage_stats="generated" if cfg.global_stat_est else "kept",
+                              hold=hold, extend=np.where(hold, self.round_repeat(n), 0))
