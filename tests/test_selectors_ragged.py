@@ -1,0 +1,245 @@
+"""Selectors that extend groups (speed, reinforce_ada): their decisions through the harness's rounds
+(lze_bench.step_rounds.run_selection, which both backends call) against a line-by-line reading of each
+author's loop (methods.md §2.2, §2.4), on recorded reward streams.
+
+Each prompt has a fixed stream of 0/1 rewards; the k-th rollout ever generated for it takes the k-th reward.
+A decision that differs from the authors' (which rollouts train, when, and the pool the advantage uses)
+shows up as different stream indices.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from lze_bench.data_order import DataOrder
+from lze_bench.registry import SELECTORS
+from lze_bench.selectors import RolloutBatch, build_selector
+from lze_bench.step_rounds import run_selection
+
+
+@dataclass
+class FakeGroup:
+    prompt_id: int
+    gen_step: int
+    indices: list = field(default_factory=list)  # stream positions of its rollouts, in generation order
+
+
+class Streams:
+    """Per-prompt reward streams; `draw(pid, k)` hands out the prompt's next k positions."""
+
+    def __init__(self, seed: int, length: int = 400):
+        self.seed, self.length, self.used = seed, length, defaultdict(int)
+
+    def reward(self, pid: int, index: int) -> float:
+        rng = np.random.default_rng([self.seed, pid])
+        rate = [0.0, 1.0, 0.1, 0.5, 0.8, 0.3][pid % 6]
+        return float((rng.random(self.length) < rate)[index])
+
+    def draw(self, pid: int, k: int) -> list:
+        start = self.used[pid]
+        self.used[pid] += k
+        return list(range(start, start + k))
+
+
+def rollout_fn(streams: Streams, step: int, n: int):
+    def rollout(ids, round_index, probe, counts=None):
+        counts = np.full(len(ids), n) if counts is None else np.asarray(counts)
+        groups = [FakeGroup(int(pid), step, streams.draw(int(pid), int(k))) for pid, k in zip(ids, counts)]
+        width = int(counts.max())
+        rewards = np.zeros((len(ids), width), dtype=np.float32)
+        valid = np.arange(width)[None, :] < counts[:, None]
+        for row, group in enumerate(groups):
+            rewards[row, :len(group.indices)] = [streams.reward(group.prompt_id, i) for i in group.indices]
+        batch = RolloutBatch(prompt_ids=np.asarray(ids), rewards=rewards, step=step,
+                             valid=None if valid.all() else valid)
+        return groups, batch
+
+    return rollout
+
+
+def merge(old: FakeGroup, new: FakeGroup) -> FakeGroup:
+    return FakeGroup(old.prompt_id, old.gen_step, old.indices + new.indices)
+
+
+def run_steps(selector, streams, *, steps: int, batch: int, n: int, num_prompts: int, max_rounds: int = 50):
+    """[(fresh ids per round, {pid: (all indices, kept indices)} trained, Selection)] per step."""
+    order, pending, begun, out = DataOrder(num_prompts, seed=4), [], -1, []
+    for step in range(steps):
+        selection, begun = run_selection(selector, order, seed=9, step=step, batch_size=batch,
+                                         candidates_per_step=None, max_rounds=max_rounds, group_size=n,
+                                         rollout=rollout_fn(streams, step, n), begun_epoch=begun,
+                                         pending=pending, merge=merge)
+        pending = selection.pending
+        trained = {}
+        for round_ in selection.rounds:
+            mask = round_.decision.rollout_mask(round_.batch.group_size, round_.batch.valid)
+            for g in np.flatnonzero(round_.decision.keep):
+                group = round_.groups[g]
+                kept = [i for i, flag in zip(group.indices, mask[g]) if flag]
+                trained[group.prompt_id] = (list(group.indices), kept)
+        out.append(([r.ids.tolist() for r in selection.rounds], trained, selection))
+    return out
+
+
+# --- Reinforce-Ada -------------------------------------------------------------------------------------------
+
+def authors_reinforce_ada(streams: Streams, uids, n, round_repeat, max_rounds, threshold, choice):
+    """RLHFlow/Reinforce-Ada @ 05be6058 ray_trainer.py:929-1185, read line by line (stream positions for
+    DataProto rows): {uid: (pool positions, kept positions)}."""
+    finished = {uid: False for uid in uids}
+    pos_cache, neg_cache, pool, selected = defaultdict(list), defaultdict(list), defaultdict(list), {}
+    active = list(uids)
+
+    def downsample_cache(uid, target_total):
+        target_pos = min(target_total // 2, len(pos_cache[uid]))
+        target_neg = min(target_total - target_pos, len(neg_cache[uid]))
+        if target_pos + target_neg < target_total:
+            if len(pos_cache[uid]) > target_pos:
+                target_pos += min(len(pos_cache[uid]) - target_pos, target_total - (target_pos + target_neg))
+            elif len(neg_cache[uid]) > target_neg:
+                target_neg += min(len(neg_cache[uid]) - target_neg, target_total - (target_pos + target_neg))
+        return pos_cache[uid][:target_pos] + neg_cache[uid][:target_neg]
+
+    target_pos = target_neg = None
+    for _ in range(max_rounds):
+        if not active:
+            break
+        draws = {uid: streams.draw(uid, round_repeat) for uid in active}
+        for uid in active:
+            for j in draws[uid]:
+                pool[uid].append(j)
+                (pos_cache if streams.reward(uid, j) > threshold else neg_cache)[uid].append(j)
+            if choice == "balanced":
+                target_pos, target_neg = n // 2, n - n // 2
+                if len(pos_cache[uid]) >= target_pos and len(neg_cache[uid]) >= target_neg:
+                    selected[uid], finished[uid] = downsample_cache(uid, n), True
+            elif len(pos_cache[uid]) >= 1:
+                selected[uid], finished[uid] = downsample_cache(uid, n), True
+        active = [uid for uid in active if not finished[uid]]
+    for uid in [u for u in uids if not finished[u]]:
+        pos_num, neg_num = len(pos_cache[uid]), len(neg_cache[uid])
+        take = min(n, pos_num + neg_num)
+        if choice == "positive_focused":
+            ratio = pos_num / (pos_num + neg_num) if pos_num + neg_num else 0.0
+            target_pos = max(min(math.ceil(ratio * n), take - 1), 1)
+            target_neg = take - target_pos
+        actual_pos, actual_neg = min(pos_num, target_pos), min(neg_num, target_neg)
+        if actual_pos + actual_neg < take:
+            if pos_num > actual_pos:
+                actual_pos += min(pos_num - actual_pos, take - actual_pos - actual_neg)
+            elif neg_num > actual_neg:
+                actual_neg += min(neg_num - actual_neg, take - actual_pos - actual_neg)
+        selected[uid] = pos_cache[uid][:actual_pos] + neg_cache[uid][:actual_neg]
+    return {uid: (pool[uid], selected[uid]) for uid in uids}
+
+
+@pytest.mark.parametrize("choice,n,repeat,rounds,threshold", [
+    ("balanced", 4, None, 4, 0.7),  # the authors' script (n = 4, round_repeat 8)
+    ("balanced", 5, 3, 3, 0.7),  # odd n: 2 positives, 3 negatives
+    ("positive_focused", 4, 2, 4, 0.7),
+    ("positive_focused", 6, 4, 2, 0.5),
+])
+def test_reinforce_ada_keeps_what_the_authors_loop_keeps(choice, n, repeat, rounds, threshold):
+    config = SELECTORS["reinforce_ada"].Config(choice=choice, round_repeat=repeat, max_rounds=rounds,
+                                               positive_threshold=threshold)
+    selector = build_selector(config, num_prompts=60, batch_size=12)
+    ours, theirs = Streams(1), Streams(1)
+    for ids, trained, selection in run_steps(selector, ours, steps=4, batch=12, n=n, num_prompts=60):
+        reference = authors_reinforce_ada(theirs, ids[0], n, repeat or 2 * n, rounds, threshold, choice)
+        assert sorted(trained) == sorted(ids[0])  # every prompt of the batch trains (unfinished ones too)
+        for pid in ids[0]:
+            pool, kept = trained[pid]
+            assert pool == reference[pid][0], f"prompt {pid}: generated rollouts differ"
+            assert sorted(kept) == sorted(reference[pid][1]), f"prompt {pid}: kept rollouts differ"
+        assert all(r.decision.advantage_stats == "generated" for r in selection.rounds)
+        assert selection.gen_rounds <= rounds and not selection.pending
+
+
+def test_reinforce_ada_exercises_every_branch():
+    """The recorded streams reach early exits, the last-round fallback and all-wrong groups that still train."""
+    selector = build_selector(SELECTORS["reinforce_ada"].Config(), num_prompts=60, batch_size=12)
+    (ids, trained, selection), = run_steps(selector, Streams(1), steps=1, batch=12, n=4, num_prompts=60)
+    pools = [len(pool) for pool, _ in trained.values()]
+    assert min(pools) == 8 and max(pools) == 32  # finished in round 1; went to the last round
+    assert any(len(kept) == 4 for _, kept in trained.values())
+    streams = Streams(1)
+    assert any(all(streams.reward(pid, i) == 0 for i in kept) for pid, (_, kept) in trained.items())
+
+
+# --- SPEED ---------------------------------------------------------------------------------------------------
+
+class AuthorsSpeed:
+    """Zanette-Labs/speed-rl @ 80e47b5f data_controller.py + fast_dapo_ray_trainer.py:126-216, read line by line
+    (uids are prompt ids, DataProto rows stream positions); the fresh batches are those the harness offered."""
+
+    def __init__(self, streams, *, n_init, n_cont, n_gpus, batch):
+        self.streams, self.n_init, self.n_cont, self.n_gpus, self.batch = streams, n_init, n_cont, n_gpus, batch
+        self.queue, self.training, self.ready = [], [], 0  # training: [(uid, position)] in arrival order
+
+    def call(self, fresh: list) -> None:
+        """get_generation_inputs + generate + update_prompts."""
+        usable = len(self.queue) - len(self.queue) % self.n_gpus
+        second, self.queue = self.queue[:usable], self.queue[usable:]
+        rows = [(uid, j) for uid in fresh for j in self.streams.draw(uid, self.n_init)]
+        rows += [(uid, j) for uid in second for _ in range(self.n_cont // self.n_init)
+                 for j in self.streams.draw(uid, self.n_init)]
+        by_uid = defaultdict(list)
+        for uid, j in rows:
+            by_uid[uid].append(j)
+        first_phase = [u for u, js in by_uid.items() if len(js) == self.n_init]
+        second_phase = [u for u, js in by_uid.items() if len(js) == self.n_cont]
+        kept = [u for u in first_phase if np.std([self.streams.reward(u, j) for j in by_uid[u]]) > 0]
+        self.queue += kept
+        self.training += [(u, j) for u, j in rows if u in kept]
+        self.training += [(u, j) for u, j in rows if u in second_phase]
+        self.ready += len(set(second_phase))
+
+    def train(self) -> dict:
+        """get_training_data: the first `batch` uids (arrival order) with all n_init + n_cont rows."""
+        order = list(dict.fromkeys(u for u, _ in self.training))
+        rows = defaultdict(list)
+        for u, j in self.training:
+            rows[u].append(j)
+        chosen = [u for u in order if len(rows[u]) == self.n_init + self.n_cont][:self.batch]
+        self.training = [(u, j) for u, j in self.training if u not in chosen]
+        self.ready -= self.batch
+        return {u: rows[u] for u in chosen}
+
+
+@pytest.mark.parametrize("n_init,n_cont,n_gpus,gen", [(4, 20, 1, None), (2, 6, 2, 10), (4, 8, 3, 7)])
+def test_speed_trains_what_the_authors_loop_trains(n_init, n_cont, n_gpus, gen):
+    batch = 4
+    config = SELECTORS["speed"].Config(n_init=n_init, n_continue=n_cont, n_gpus=n_gpus, gen_batch_size=gen)
+    selector = build_selector(config, num_prompts=3000, batch_size=batch)
+    authors = AuthorsSpeed(Streams(2), n_init=n_init, n_cont=n_cont, n_gpus=n_gpus, batch=batch)
+    steps = run_steps(selector, Streams(2), steps=8, batch=batch, n=8, num_prompts=3000)
+    stale = 0
+    for step, (fresh_rounds, trained, selection) in enumerate(steps):
+        for fresh in fresh_rounds:  # one call per round (a round with no fresh prompts only continues)
+            if fresh or authors.queue:
+                authors.call(fresh)
+        reference = authors.train()
+        assert sorted(trained) == sorted(reference), f"step {step}: other prompts trained"
+        for pid, (pool, kept) in trained.items():
+            assert pool == kept == reference[pid], f"step {step} prompt {pid}: other rollouts trained"
+        stale += sum(g.gen_step < step for r in selection.rounds for g, k in zip(r.groups, r.decision.keep) if k)
+        assert not selection.partial
+    assert stale > 0  # groups generated at an earlier step trained later (the cross-step queue was exercised)
+
+
+def test_speed_screens_out_groups_whose_first_rollouts_agree():
+    selector = build_selector(SELECTORS["speed"].Config(), num_prompts=3000, batch_size=4)
+    streams = Streams(2)
+    for _, trained, selection in run_steps(selector, streams, steps=4, batch=4, n=8, num_prompts=3000):
+        assert len(trained) == 4
+        for pid, (pool, _) in trained.items():
+            screening = [streams.reward(pid, i) for i in pool[:4]]
+            assert 0 < sum(screening) < 4 and len(pool) == 24
+        dropped = [g for r in selection.rounds for g, k, h in zip(r.groups, r.decision.keep, r.decision.held)
+                   if not k and not h]
+        assert all(len(set(streams.reward(g.prompt_id, i) for i in g.indices)) == 1 for g in dropped)

@@ -1,0 +1,73 @@
+"""`lze-bench train` with selectors that extend groups (speed, reinforce_ada) on the local backend: the ledger
+books every generated rollout and every trained one, the rollout log shows each group's rollouts and how stale
+they are, and SPEED's carried-over groups survive a kill and resume (they live in the checkpoint)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from lze_bench.cli import app
+from lze_bench.ledger import LEDGER_COLUMNS, read_ledger, read_rollouts
+from lze_bench.rundir import is_done
+from tiny_run import TINY_TRAIN as TINY
+
+runner = CliRunner()
+TIME_COLUMNS = [c for c in LEDGER_COLUMNS if c.startswith("time_") or c == "cum_time_s"]
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+def train(run_dir, cache_dir, *extra):
+    result = runner.invoke(app, ["train", *TINY, f"backend.cache_dir={cache_dir}", f"run_dir={run_dir}", *extra])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+
+
+SPEED = ["selector=speed", "selector.n_init=2", "selector.n_continue=4", "selector.gen_batch_size=12",
+         "trainer.steps=5", "trainer.checkpoint_every=2", "trainer.eval_every=0"]
+
+
+def test_speed_books_generated_and_trained_rollouts_and_resumes_its_queue(tmp_path, cache_dir):
+    unbroken, broken = tmp_path / "unbroken", tmp_path / "broken"
+    train(unbroken, cache_dir, *SPEED)
+    ledger, log = read_ledger(unbroken), read_rollouts(unbroken)
+    kept = log[log["kept"]]
+    assert (kept["rewards"].map(len) == 6).all()  # screening 2 + continuation 4, all trained
+    assert (kept["kept_rollouts"].map(all)).all()
+    assert (ledger["responses_trained"] == ledger["groups_kept"] * 6).all()
+    screened_out = log[~log["kept"]]
+    assert (screened_out["rewards"].map(len) == 2).all() and (screened_out["rewards"].map(set).map(len) == 1).all()
+    # a step's samples: fresh screenings (2 each) + continuations (4 each) generated in that step
+    steps = log["rollout_steps"].map(list)
+    generated = pd.Series([s for row in steps for s in row]).value_counts().reindex(ledger["step"], fill_value=0)
+    held_at_end = ledger["samples"].sum() - generated.sum()
+    assert held_at_end >= 0 and (ledger["samples"].to_numpy() >= generated.to_numpy()).all()
+    stale = [(step, row) for step, row in zip(log["step"], steps) if min(row) < step]
+    assert stale, "no group was carried over to a later step"
+
+    train(broken, cache_dir, *SPEED, "backend.stop_after_steps=3")  # dies after step 2, checkpoint at 2
+    assert not is_done(broken)
+    train(broken, cache_dir, *SPEED)
+    columns = [c for c in LEDGER_COLUMNS if c not in TIME_COLUMNS]
+    pd.testing.assert_frame_equal(ledger[columns], read_ledger(broken)[columns])
+    again = read_rollouts(broken)
+    assert log[["step", "prompt_id", "kept"]].equals(again[["step", "prompt_id", "kept"]])
+    assert log["rewards"].map(list).tolist() == again["rewards"].map(list).tolist()
+    assert log["rollout_steps"].map(list).tolist() == again["rollout_steps"].map(list).tolist()
+
+
+def test_reinforce_ada_generates_in_rounds_and_trains_n_per_prompt(tmp_path, cache_dir):
+    run_dir = tmp_path / "run"
+    train(run_dir, cache_dir, "selector=reinforce_ada", "trainer.steps=2", "trainer.eval_every=0")
+    ledger, log = read_ledger(run_dir), read_rollouts(run_dir)
+    assert (ledger["groups_kept"] == 4).all() and (ledger["prompts_rolled_out"] == 4).all()
+    assert (ledger["responses_kept"] == 4 * 4).all()  # n = trainer.n_samples = 4 kept per prompt
+    assert (ledger["samples"] == log.groupby("step")["rewards"].apply(lambda r: r.map(len).sum())).all()
+    assert (ledger["samples"] > ledger["responses_trained"]).all()
+    lengths = log["rewards"].map(len)
+    assert set(lengths) <= {8, 16, 24, 32} and (log["kept_rollouts"].map(sum) == 4).all()
+    assert (ledger["gen_rounds"] == log.groupby("step")["rewards"].apply(lambda r: r.map(len).max() // 8)).all()
