@@ -378,3 +378,32 @@ def test_response_entropy_needs_one_value_per_reward_of_its_row(tmp_path):
                    '{"step": 0, "prompt_id": 1, "rewards": [1, 0, 1], "response_entropy": [0.1, 0.2]}\n')
     result = replay(log, "selector=uniform")
     assert result.exit_code == 2 and "line 2" in result.output and "'response_entropy'" in result.output
+
+
+def test_replaying_a_pods_run_gives_back_its_own_rollout_choices(tmp_path):
+    """PODS decides from each group's rewards alone, so replaying it on its own run's log must flag the rollouts the
+    run trained, and count what the run's ledger booked; the report's Table 3 shows the same two counts."""
+    from tiny_run import TINY_TRAIN
+
+    from lze_bench.ledger import read_ledger
+
+    run_dir = tmp_path / "pods"
+    trained = runner.invoke(app, ["train", *TINY_TRAIN, f"backend.cache_dir={tmp_path / 'cache'}",
+                                  f"run_dir={run_dir}", "selector=pods", "trainer.steps=2"])
+    assert trained.exit_code == 0, trained.output
+    out = tmp_path / "replayed.parquet"
+    result = replay(run_dir, "selector=pods", "--out", out)
+    assert result.exit_code == 0, result.output
+    frame = pd.read_parquet(out)
+    assert [list(v) for v in frame["kept_rollouts"]] == [list(v) for v in frame["logged_kept_rollouts"]]
+    assert frame["kept"].tolist() == frame["logged_kept"].tolist()
+    ledger = read_ledger(run_dir)
+    total = next(line for line in result.output.splitlines() if "total" in line)
+    rollouts, trained_rollouts = [int(x) for x in total.replace("│", " ").split()[-2:]]
+    assert (rollouts, trained_rollouts) == (ledger["samples"].sum(), ledger["responses_trained"].sum())
+    assert trained_rollouts < rollouts
+    report = runner.invoke(app, ["report", str(tmp_path), "--name", "pods", "--out-root", str(tmp_path / "reports")])
+    assert report.exit_code == 0, report.output
+    row = pd.read_csv(tmp_path / "reports" / "pods" / "table3.csv").set_index("label").loc["pods"]
+    assert (row["generated_per_step"], row["trained_per_step"]) == (ledger["samples"].mean(),
+                                                                    ledger["responses_trained"].mean())
