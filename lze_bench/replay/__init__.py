@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 from lze_bench.errors import LzeBenchError
-from lze_bench.replay.log import RolloutLogData, read_log
+from lze_bench.replay.log import RolloutLogData, fail, read_log
 from lze_bench.selectors import build_selector
 from lze_bench.selectors.astral import AstralSelector, newest_per_prompt
 from lze_bench.selectors.base import (
@@ -97,11 +97,9 @@ def check_group_sizes(log: RolloutLogData, name: str) -> None:
     if not log.ragged:
         return
     row = int(np.flatnonzero(log.lengths != log.lengths[0])[0])
-    from lze_bench.replay.log import fail
-
     raise fail(log.path, log.row_names[row], "rewards",
-               f"{log.lengths[row]} rewards where {log.row_names[0]} has {log.lengths[0]}: a log of ragged groups "
-               f"(a run of speed or reinforce_ada), and selector={name} takes groups of one size, so padding them "
+               f"{log.lengths[row]} rewards where {log.row_names[0]} has {log.lengths[0]}: a log of ragged groups (as "
+               f"a speed or reinforce_ada run writes), and selector={name} takes groups of one size, so padding them "
                "would change their pass rates; replay a log with the same number of rollouts per prompt")
 
 

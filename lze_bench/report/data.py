@@ -258,8 +258,8 @@ def run_summary(runs: list[Run], points: pd.DataFrame) -> pd.DataFrame:
 
 
 def _mean_of(ledger: pd.DataFrame, column: str) -> float:
-    """Mean per step of a column later backends added beside LEDGER_COLUMNS; NaN (shown "–") in ledgers written
-    before it (`responses_trained`: before per-rollout selection), and its steps without it skipped."""
+    """Mean per step of a column the backends write beside LEDGER_COLUMNS (`responses_trained`), over the steps
+    that hold it; NaN (Table 3 shows "–") for a ledger written before the column existed."""
     return float(ledger[column].mean()) if column in ledger and ledger[column].notna().any() else float("nan")
 
 

@@ -98,7 +98,8 @@ def cost_cells(t3: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             str(r["label"]), sci(r["flops_rollout"]), sci(r["flops_logprob"]), sci(r["flops_train"]),
             sci(r["flops_select"]), sci(r["flops_total"]), sci(r.get("offline_flops", 0.0)), _num(r["steps"], ".1f"),
             _num(r.get("gen_rounds_per_step", float("nan")), ".2f"),
-            _num(r.get("generated_per_step", float("nan")), ".1f"), _num(r.get("trained_per_step", float("nan")), ".1f"),
+            _num(r.get("generated_per_step", float("nan")), ".1f"),
+            _num(r.get("trained_per_step", float("nan")), ".1f"),
             _num(r["kept_fraction"], ".2f"),
             pm(r["wall_time_s"], r["wall_time_s_ci"], ".1f", scale), str(int(r["seeds"])),
         ])
