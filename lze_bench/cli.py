@@ -241,7 +241,7 @@ def report(
 def replay(
     ctx: typer.Context,
     rollouts: Path = typer.Argument(..., help="rollouts.parquet of a run, or JSONL rows {step, prompt_id, rewards}."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write the rows plus rolled_out/kept columns here."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the rows plus rolled_out/kept/kept_rollouts columns here."),
     show_cfg: bool = typer.Option(False, "--cfg", help=CFG_HELP),
 ):
     """Replay a recorded rollout log through a selector (counterfactual selection).

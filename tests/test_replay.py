@@ -22,6 +22,7 @@ of the pinned choices:
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,8 @@ import pytest
 from typer.testing import CliRunner
 
 from lze_bench.cli import app
+from lze_bench.registry import SELECTORS
+from lze_bench.selectors.uniform import UniformSelector
 
 DATA = Path(__file__).parent / "data"
 SMALL = DATA / "replay_small.jsonl"
@@ -75,16 +78,18 @@ def test_each_selector_pinned_on_small_log(name, tmp_path):
     assert [{k: r[k] for k in source[0]} for r in rows] == source  # the same rows, in order
     assert choices(rows) == PINNED[name]
     assert all(r["rolled_out"] or not r["kept"] for r in rows)
+    # a selector that decides per group trains all of a kept group's rollouts and none of another's
+    assert all(r["kept_rollouts"] == [r["kept"]] * len(r["rewards"]) for r in rows)
 
 
 def test_summary_counts_more_and_replay(tmp_path):
     dapo = replay(SMALL, "selector=dapo")
     assert dapo.exit_code == 0 and "more asked" in dapo.output
     total = next(line for line in dapo.output.splitlines() if "total" in line)
-    assert [int(x) for x in total.replace("│", " ").split()[1:]] == [18, 18, 9, 0, 54]
+    assert [int(x) for x in total.replace("│", " ").split()[1:]] == [18, 18, 9, 0, 72, 36, 54]  # rollouts: x 4
     astral = replay(SMALL, "selector=astral")
     total = next(line for line in astral.output.splitlines() if "total" in line)
-    assert [int(x) for x in total.replace("│", " ").split()[1:]] == [18, 7, 7, 3, 1]
+    assert [int(x) for x in total.replace("│", " ").split()[1:]] == [18, 7, 7, 3, 28, 28, 1]
 
 
 def test_astral_replay_never_draws_an_all_correct_or_all_wrong_group(tmp_path):
@@ -233,7 +238,7 @@ def test_round_samplers_finish_each_logged_step(name, p_after):
     log = read_log(SMALL)
     selector = build_selector(compose("train", [f"selector={name}"]).selector, num_prompts=log.num_prompts,
                               batch_size=6)
-    result = ReplayResult(np.zeros(log.step.size, dtype=bool), np.zeros(log.step.size, dtype=bool))
+    result = ReplayResult.for_log(log)
     features, reference = LogFeatures(log), AstralReference(selector, log)
     for step in (0, 1):
         selector.begin_epoch(step, step_rng(0, step, 2))
@@ -269,3 +274,136 @@ def test_column_readers_replay_with_the_columns_recorded_beside_the_log(tmp_path
     assert replay(log, "selector=adarft", "--out", out).exit_code == 0
     picked = choices([json.loads(r) for r in out.read_text().splitlines()])
     assert picked[0][0] == [0, 1, 2]  # T = 0: the three easiest of the six logged prompts (budget 6 // 2)
+
+
+# PODS with m = 2 of n = 4 (0/1 rewards, stable descending order: correct rollouts first in generation order).
+# Subsets i = 2 (top two), then 0 (bottom two), then 1 (top one + bottom one), moving on a strictly larger
+# variance: two correct of four keep the top and the bottom one; three correct keep the bottom two (one right,
+# one wrong); any other group has no subset with more variance than the top two.
+PODS_KEPT = {(1, 1, 0, 0): [True, False, False, True], (1, 1, 1, 0): [False, False, True, True]}
+
+
+def test_pods_replays_the_rollouts_it_would_train(tmp_path):
+    out = tmp_path / "pods.jsonl"
+    result = replay(SMALL, "selector=pods", "--out", out)
+    assert result.exit_code == 0, result.output
+    rows = read_jsonl(out)
+    assert all(r["rolled_out"] and r["kept"] for r in rows)  # PODS chooses rollouts, not prompts
+    assert [r["kept_rollouts"] for r in rows] == [PODS_KEPT.get(tuple(r["rewards"]), [True, True, False, False])
+                                                 for r in rows]
+    total = next(line for line in result.output.splitlines() if "total" in line)
+    assert [int(x) for x in total.replace("│", " ").split()[1:]] == [18, 18, 18, 9, 72, 36]  # 2 of 4 trained
+    assert "rollouts trained" in result.output
+    # a run directory's log of a pods run: its own flags stay beside the replay's, renamed
+    run_dir = run_dir_from_small(tmp_path)
+    logged = pd.read_parquet(run_dir / "rollouts.parquet").assign(kept_rollouts=[[True, False, True, False]] * 18)
+    logged.to_parquet(run_dir / "rollouts.parquet")
+    out = tmp_path / "pods.parquet"
+    assert replay(run_dir / "rollouts.parquet", "selector=pods", "--out", out).exit_code == 0
+    frame = pd.read_parquet(out)
+    assert [list(v) for v in frame["logged_kept_rollouts"]] == [[True, False, True, False]] * 18
+    assert [list(v) for v in frame["kept_rollouts"]] == [r["kept_rollouts"] for r in rows]
+
+
+@dataclass
+class ExtenderConfig:
+    name: str = "extender"
+
+
+class Extender(UniformSelector):
+    """A selector that would ask for more rollouts of a rolled-out prompt (as speed and reinforce_ada do)."""
+
+    Config = ExtenderConfig
+    name = "extender"
+    extends_groups = True
+
+
+@pytest.fixture
+def extender(monkeypatch):
+    from hydra.core.config_store import ConfigStore
+
+    from lze_bench.config import register_all
+
+    register_all()
+    monkeypatch.setitem(SELECTORS, "extender", Extender)
+    store = ConfigStore.instance()
+    store.store(group="selector", name="extender", node=ExtenderConfig)
+    yield
+    store.repo["selector"].pop("extender.yaml", None)
+
+
+def test_a_selector_that_extends_groups_is_refused_in_one_line(extender, tmp_path):
+    out = tmp_path / "never.jsonl"
+    result = replay(SMALL, "selector=extender", "--out", out)
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "selector=extender" in lines[0] and "more rollouts of a prompt" in lines[0]
+    assert "only the rollouts its run generated" in lines[0] and not out.exists()
+    assert replay(SMALL, "selector=uniform").exit_code == 0  # the same log through one that keeps to its groups
+
+
+def ragged_run_dir(tmp_path) -> Path:
+    """A run directory whose groups differ in size (as a speed run writes them): prompt 1 has 6 rollouts."""
+    from lze_bench.ledger import RolloutLog
+
+    run_dir = tmp_path / "ragged"
+    log = RolloutLog(run_dir)
+    for step in (0, 1):
+        sizes = [4, 6 if step == 1 else 4, 4]
+        log.append(step, [{"step": step, "prompt_id": i, "rewards": [float(j % 2) for j in range(n)],
+                           "response_tokens": [5] * n, "kept": True, "kept_rollouts": [True] * n,
+                           "response_entropy": [0.5] * n} for i, n in enumerate(sizes)])
+    log.compact()
+    return run_dir
+
+
+def test_ragged_groups_are_read_and_refused_by_name(tmp_path):
+    from lze_bench.replay.log import read_log
+
+    run_dir = ragged_run_dir(tmp_path)
+    log = read_log(run_dir)
+    assert log.ragged and log.lengths.tolist() == [4, 4, 4, 4, 6, 4] and log.rewards.shape == (6, 6)
+    assert log.valid.sum() == 26 and np.isnan(log.rewards[~log.valid]).all()
+    assert log.rewards[4].tolist() == [0, 1, 0, 1, 0, 1] and log.response_entropy.shape == (6, 6)
+    for target in (run_dir, run_dir / "rollouts.parquet"):
+        result = replay(target, "selector=pods")
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert result.exit_code == 2 and len(lines) == 1
+        assert "row 5" in lines[0] and "'rewards'" in lines[0] and "6 rewards where row 1 has 4" in lines[0]
+
+
+def test_response_entropy_needs_one_value_per_reward_of_its_row(tmp_path):
+    log = tmp_path / "entropy.jsonl"
+    log.write_text('{"step": 0, "prompt_id": 0, "rewards": [1, 0], "response_entropy": [0.1, 0.2]}\n'
+                   '{"step": 0, "prompt_id": 1, "rewards": [1, 0, 1], "response_entropy": [0.1, 0.2]}\n')
+    result = replay(log, "selector=uniform")
+    assert result.exit_code == 2 and "line 2" in result.output and "'response_entropy'" in result.output
+
+
+def test_replaying_a_pods_run_gives_back_its_own_rollout_choices(tmp_path):
+    """PODS decides from each group's rewards alone, so replaying it on its own run's log must flag the rollouts the
+    run trained, and count what the run's ledger booked; the report's Table 3 shows the same two counts."""
+    from tiny_run import TINY_TRAIN
+
+    from lze_bench.ledger import read_ledger
+
+    run_dir = tmp_path / "pods"
+    trained = runner.invoke(app, ["train", *TINY_TRAIN, f"backend.cache_dir={tmp_path / 'cache'}",
+                                  f"run_dir={run_dir}", "selector=pods", "trainer.steps=2"])
+    assert trained.exit_code == 0, trained.output
+    out = tmp_path / "replayed.parquet"
+    result = replay(run_dir, "selector=pods", "--out", out)
+    assert result.exit_code == 0, result.output
+    frame = pd.read_parquet(out)
+    assert [list(v) for v in frame["kept_rollouts"]] == [list(v) for v in frame["logged_kept_rollouts"]]
+    assert frame["kept"].tolist() == frame["logged_kept"].tolist()
+    ledger = read_ledger(run_dir)
+    total = next(line for line in result.output.splitlines() if "total" in line)
+    rollouts, trained_rollouts = [int(x) for x in total.replace("│", " ").split()[-2:]]
+    assert (rollouts, trained_rollouts) == (ledger["samples"].sum(), ledger["responses_trained"].sum())
+    assert trained_rollouts < rollouts
+    report = runner.invoke(app, ["report", str(tmp_path), "--name", "pods", "--out-root", str(tmp_path / "reports")])
+    assert report.exit_code == 0, report.output
+    row = pd.read_csv(tmp_path / "reports" / "pods" / "table3.csv").set_index("label").loc["pods"]
+    assert (row["generated_per_step"], row["trained_per_step"]) == (ledger["samples"].mean(),
+                                                                    ledger["responses_trained"].mean())

@@ -46,15 +46,18 @@ HELDOUT = {("uniform", 0): (0.40, 0.50), ("uniform", 1): (0.40, 0.60), ("lze", 0
            ("lze", 1): (0.50, 0.70), ("dapo", 0): (0.10, 0.20), ("dapo", 1): (0.15, 0.25)}
 GSM8K = {("uniform", 0): 0.20, ("uniform", 1): 0.30, ("lze", 0): 0.40, ("lze", 1): 0.20}
 COST = {"uniform": (100, 25, 75, 10.0, 8, 8), "lze": (100, 10, 40, 8.0, 8, 4), "dapo": (200, 25, 75, 12.0, 16, 8),
-        "hive": (100, 25, 75, 10.0, 8, 8), "astral": (100, 25, 75, 10.0, 8, 8)}
-STOPPED_BY = {"uniform": "budget", "lze": "steps", "dapo": "budget", "hive": "budget", "astral": "budget"}
+        "hive": (100, 25, 75, 10.0, 8, 8), "astral": (100, 25, 75, 10.0, 8, 8), "pods": (100, 10, 40, 10.0, 8, 8)}
+STOPPED_BY = {"uniform": "budget", "lze": "steps", "dapo": "budget", "hive": "budget", "astral": "budget",
+              "pods": "budget"}
+N = 4  # rollouts per rolled-out prompt: the ledger's `samples` = prompts rolled out x N
 STEPS = 4
 
 
 def _row(step: int, selector: str, seed: int) -> dict:
     rollout, logprob, train, time_s, rolled, kept = COST[selector]
     row = {c: 0 for c in LEDGER_COLUMNS if c not in ("cum_flops", "cum_time_s", "flops_total", "heldout_accuracy")}
-    row.update(step=step, prompts_considered=16, prompts_rolled_out=rolled, groups_kept=kept, flops_rollout=rollout,
+    row.update(step=step, prompts_considered=16, prompts_rolled_out=rolled, groups_kept=kept, samples=rolled * N,
+               flops_rollout=rollout,
                flops_train=train, flops_logprob=logprob, time_step_s=time_s, reward_mean=0.5, partial=False,
                zero_variance_frac=0.25 if selector == "lze" else 0.5, gen_rounds=2 if selector == "dapo" else 1)
     if step in (1, 3) and (selector, seed) in HELDOUT:
@@ -75,13 +78,15 @@ def eval_row(step: int, benchmark: str, accuracy: float, suite: str = "math_suit
             "generation_backend": "hf", "cum_flops": float("nan")}
 
 
-def make_run(root: Path, selector: str, seed: int, done: bool = True) -> Path:
+def make_run(root: Path, selector: str, seed: int, done: bool = True, trained=None) -> Path:
+    """A finished run; `trained(step)`: the ledger's `responses_trained` of each step (None: a ledger written
+    before that column, as every run of the module fixture)."""
     run_dir = root / f"{selector}-s{seed}"
     atomic_write_text(run_dir / "config.yaml", f"selector:\n  name: {selector}\nseed: {seed}\n")
     atomic_write_text(run_dir / "heldout.jsonl", '{"accuracy": 0.3, "problems": 100, "updates": 0}\n')
     ledger, rollouts = Ledger(run_dir), RolloutLog(run_dir)
     for step in range(STEPS):
-        ledger.append(_row(step, selector, seed))
+        ledger.append({**_row(step, selector, seed), **({"responses_trained": trained(step)} if trained else {})})
         rewards = [[0.0] * 4, [1.0, 0.0, 1.0, 0.0], [1.0] * 4] if step < 2 else [[1.0, 1.0, 1.0, 0.0]]
         rollouts.append(step, [{"step": step, "prompt_id": i, "rewards": r, "response_tokens": [5] * 4, "kept": True}
                                for i, r in enumerate(rewards)])
@@ -182,6 +187,31 @@ def test_cost_table_books_every_phase(runs_root):
     assert t3.loc["lze", "wall_time_s"] == 32.0 and t3.loc["lze", "wall_time_s_ci"] == 0.0
 
 
+def test_table3_counts_generated_and_trained_rollouts_per_step(tmp_path):
+    """PODS keeps every group but trains 2 of each group's 4 rollouts: 32 generated, 16 trained per step; uniform
+    trains all it generates; a ledger without `responses_trained` (older runs) shows "–" for trained."""
+    root = tmp_path / "runs"
+    make_run(root, "uniform", 0, trained=lambda step: 8 * N)
+    make_run(root, "uniform", 1, trained=lambda step: 8 * N)
+    make_run(root, "pods", 0, trained=lambda step: 8 * 2)
+    make_run(root, "pods", 1, trained=lambda step: 8 * 2 - 4 * (step % 2))  # 16, 12, 16, 12: mean 14
+    make_run(root, "lze", 0)  # an older ledger
+    t3 = build(root)["table3"].set_index("label")
+    assert t3.loc["pods", "generated_per_step"] == 32 and t3.loc["pods", "trained_per_step"] == 15
+    assert t3.loc["pods", "trained_per_step_ci"] == pytest.approx(T1 * 1.0)  # seeds 16 and 14: sd √2, /√2
+    assert t3.loc["uniform", ["generated_per_step", "trained_per_step"]].tolist() == [32, 32]
+    assert t3.loc["lze", "generated_per_step"] == 32 and math.isnan(t3.loc["lze", "trained_per_step"])
+    out = main(root, name="pods", out_root=tmp_path / "reports")
+    table3 = (out / "table3.md").read_text()
+    assert "| pods | 4.00e2 | 4.00e1 | 1.60e2 | 0 | 6.00e2 | 0 | 4.0 | 1.00 | 32.0 | 15.0 | 1.00 |" in table3
+    assert "| uniform | 4.00e2 | 1.00e2 | 3.00e2 | 0 | 8.00e2 | 0 | 4.0 | 1.00 | 32.0 | 32.0 | 1.00 |" in table3
+    assert "| lze | 4.00e2 | 4.00e1 | 1.60e2 | 0 | 6.00e2 | 0 | 4.0 | 1.00 | 32.0 | – | 0.50 |" in table3
+    assert r"32.0 & 15.0 & 1.00" in (out / "table3.tex").read_text()
+    runs = pd.read_csv(out / "runs.csv").set_index(["label", "seed"])
+    assert runs.loc[("pods", 1), "trained_per_step"] == 14 and runs.loc[("pods", 0), "generated_per_step"] == 32
+    assert "Rollouts generated / step" in (out / "report.md").read_text()
+
+
 def test_initial_policy_point_from_heldout_log(runs_root):
     points = build(runs_root)["points"]
     initial = points[(points["step"] == -1) & (points["benchmark"] == "heldout")]
@@ -200,8 +230,10 @@ def test_report_files(runs_root, tmp_path):
     assert "| held-out | dapo | 52.5 | not reached | not reached | – | – | 0/2 |" in table2
     assert "| gsm8k | lze | 23.5 | 1.80e2 | 0.25 | – | – | 1/2 |" in table2
     table3 = (out / "table3.md").read_text()
-    assert "| lze | 4.00e2 | 4.00e1 | 1.60e2 | 0 | 6.00e2 | 0 | 4.0 | 1.00 | 0.50 | 32.0 ± 0.0 | 2 |" in table3
-    assert "| dapo | 8.00e2 | 1.00e2 | 3.00e2 | 0 | 1.20e3 | 0 | 4.0 | 2.00 |" in table3  # rounds per step
+    # rollouts generated / step = samples (8 x 4, 16 x 4); trained "–": these ledgers predate responses_trained
+    assert "| lze | 4.00e2 | 4.00e1 | 1.60e2 | 0 | 6.00e2 | 0 | 4.0 | 1.00 | 32.0 | – | 0.50 | 32.0 ± 0.0 | 2 |" in table3
+    assert "| dapo | 8.00e2 | 1.00e2 | 3.00e2 | 0 | 1.20e3 | 0 | 4.0 | 2.00 | 64.0 | – |" in table3  # rounds per step
+    assert "rollouts generated / step | rollouts trained / step | kept frac." in table3
     tex = (out / "table1.tex").read_text()
     assert r"\toprule" in tex and r"\bottomrule" in tex and r"55.0 $\pm$ 63.5" in tex and r"$8.00{\times}10^{2}$" in tex
     assert r"not reached" in (out / "table2.tex").read_text()

@@ -4,9 +4,13 @@
 step's prompt ids are the candidates, in log order; only the rows that
 `select_rollout` returns are revealed to the selector (`observe`,
 `select_update` as in training); the others get `rolled_out=False,
-kept=False`. The output is the same rows plus `rolled_out` and `kept`
-(Parquet when FILE ends in .parquet, else JSONL), and a per-step summary is
-printed. The same seed gives the same output, byte for byte.
+kept=False`. The output is the same rows plus `rolled_out`, `kept` and
+`kept_rollouts` (one flag per logged reward: the rollouts that would reach
+the update; a selector that decides per group flags all of a kept row's and
+none of another's, PODS its max-variance subset) (Parquet when FILE ends in
+.parquet, else JSONL), and a per-step summary is printed, with the rollouts
+of the rolled-out rows and those trained. The same seed gives the same
+output, byte for byte.
 
 Per-method rules of the spec: budgets (uniform/dapo/lze/greso get every
 candidate, hive `floor(m / pool_factor)`, astral `floor(m / 2)`, or
@@ -17,7 +21,15 @@ prompts they would have asked for (GRESO: the survivors `T` its next round would
 reference set is every prompt revealed in the previous round (when the log has embeddings) and its replay
 keys are counted (its pool never holds a group whose rewards are all 0 or all 1, selectors.md §3).
 
-Choices (ours): a log's own `kept` column is kept as `logged_kept`; the
+What a log cannot hold, refused in one line before anything runs: a
+selector that asks for more rollouts of a prompt than its group holds
+(`extends_groups`: speed, reinforce_ada), since a log has only the rollouts
+its run generated; and ragged groups (rows with different reward counts),
+since every selector takes groups of one size (`RolloutBatch.rewards
+[G, n]`), so padding them would change their pass rates.
+
+Choices (ours): a log's own `kept` and `kept_rollouts` columns are kept as `logged_kept` and
+`logged_kept_rollouts`; the
 selector's step is the logged step value (so rng keys match the run's);
 `num_prompts` = max prompt id + 1; extras come from the log: prompt entropy
 from the step's own rows, embeddings from each prompt's first row.
@@ -35,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 from lze_bench.errors import LzeBenchError
-from lze_bench.replay.log import RolloutLogData, read_log
+from lze_bench.replay.log import RolloutLogData, fail, read_log
 from lze_bench.selectors import build_selector
 from lze_bench.selectors.astral import AstralSelector, newest_per_prompt
 from lze_bench.selectors.base import (
@@ -50,14 +62,45 @@ from lze_bench.selectors.dapo import DapoSelector
 from lze_bench.selectors.greso import GresoSelector
 from lze_bench.selectors.hive import HiveSelector
 
-SUMMARY_COLUMNS = ("step", "epoch", "candidates", "rolled_out", "kept", "zero_var_kept", "more_asked", "replayed")
+SUMMARY_COLUMNS = ("step", "epoch", "candidates", "rolled_out", "kept", "zero_var_kept", "rollouts",
+                   "rollouts_trained", "more_asked", "replayed")
 
 
 @dataclass
 class ReplayResult:
     rolled_out: np.ndarray  # bool[R], aligned with the log's rows
     kept: np.ndarray  # bool[R]
+    kept_rollouts: np.ndarray  # bool[R, n]: the rollouts of each row that reach the update
     summary: list[dict] = field(default_factory=list)  # one dict per step (SUMMARY_COLUMNS)
+
+    @classmethod
+    def for_log(cls, log: RolloutLogData) -> "ReplayResult":
+        """Nothing rolled out, kept or trained yet."""
+        rows = log.step.size
+        return cls(np.zeros(rows, dtype=bool), np.zeros(rows, dtype=bool), np.zeros(log.rewards.shape, dtype=bool))
+
+
+def check_replayable(name: str) -> None:
+    """One line when a selector needs rollouts that no log holds (module docstring)."""
+    from lze_bench.registry import SELECTORS
+
+    if getattr(SELECTORS[name], "extends_groups", False):
+        raise LzeBenchError(
+            f"replay: selector={name} asks for more rollouts of a prompt than were generated (extends_groups); a log "
+            "holds only the rollouts its run generated, so the rewards of those extra rollouts are nowhere to replay; "
+            f"compare {name} by training it (lze-bench train selector={name}) or replay a selector that keeps to the "
+            "logged groups")
+
+
+def check_group_sizes(log: RolloutLogData, name: str) -> None:
+    """One line naming the first row whose group size differs from the first row's (module docstring)."""
+    if not log.ragged:
+        return
+    row = int(np.flatnonzero(log.lengths != log.lengths[0])[0])
+    raise fail(log.path, log.row_names[row], "rewards",
+               f"{log.lengths[row]} rewards where {log.row_names[0]} has {log.lengths[0]}: a log of ragged groups (as "
+               f"a speed or reinforce_ada run writes), and selector={name} takes groups of one size, so padding them "
+               "would change their pass rates; replay a log with the same number of rollouts per prompt")
 
 
 def replay_budget(selector, candidates: int, fraction: float | None) -> int:
@@ -137,6 +180,8 @@ def replay_log(log: RolloutLogData, selector_cfg, seed: int = 0, budget_fraction
 
     `on_step(done, total)` is called after each step (the CLI's progress bar).
     """
+    check_replayable(selector_cfg.name)
+    check_group_sizes(log, selector_cfg.name)
     order = np.argsort(log.step, kind="stable")  # rows of a step stay in log order
     steps, starts = np.unique(log.step[order], return_index=True)
     bounds = np.append(starts, order.size)
@@ -146,7 +191,7 @@ def replay_log(log: RolloutLogData, selector_cfg, seed: int = 0, budget_fraction
                               metadata=log_metadata(log))
     features = LogFeatures(log)
     reference = AstralReference(selector, log)
-    result = ReplayResult(np.zeros(log.step.size, dtype=bool), np.zeros(log.step.size, dtype=bool))
+    result = ReplayResult.for_log(log)
     epoch_now = None
     for index, step in enumerate(steps.tolist()):
         rows = order[bounds[index] : bounds[index + 1]]
@@ -181,13 +226,16 @@ def replay_step(selector, log, rows, step, epoch, seed, fraction, features, refe
     if decision.more > 0 and isinstance(selector, (GresoSelector, HiveSelector)):
         selector.finish_update()  # the log has no further rows: adaptation runs, counters reset
     reference.after_step(batch)
+    trained = decision.rollout_mask(batch.group_size)
     result.rolled_out[picked] = True
     result.kept[picked] = decision.keep
+    result.kept_rollouts[picked] = trained
     _, varied = group_stats(batch.rewards) if batch.num_groups else (None, np.zeros(0, dtype=bool))
     return {
         "step": int(step), "epoch": int(epoch), "candidates": int(candidates.size),
         "rolled_out": int(chosen.size), "kept": int(decision.keep.sum()),
         "zero_var_kept": int((decision.keep & ~varied).sum()),
+        "rollouts": int(batch.rewards.size), "rollouts_trained": int(trained.sum()),
         "more_asked": int(decision.more), "replayed": int(decision.replay.shape[0]),
     }
 
@@ -222,10 +270,19 @@ class AstralReference:
 # --- output ------------------------------------------------------------------
 
 
+LOGGED = {"kept": "logged_kept", "kept_rollouts": "logged_kept_rollouts"}  # the run's own decisions, renamed
+
+
+def kept_rollout_lists(log: RolloutLogData, result: ReplayResult) -> list[list[bool]]:
+    """Per row, one flag per logged reward (a ragged row's padding left out)."""
+    return [flags[:length] for flags, length in zip(result.kept_rollouts.tolist(), log.lengths.tolist())]
+
+
 def output_rows(log: RolloutLogData, result: ReplayResult) -> pd.DataFrame:
-    frame = log.frame.rename(columns={"kept": "logged_kept"}).copy()
+    frame = log.frame.rename(columns=LOGGED).copy()
     frame["rolled_out"] = result.rolled_out
     frame["kept"] = result.kept
+    frame["kept_rollouts"] = kept_rollout_lists(log, result)
     return frame
 
 
@@ -248,9 +305,11 @@ def write_output(log: RolloutLogData, result: ReplayResult, out: Path) -> None:
         return
     records = log.records if log.records is not None else log.frame.to_dict("records")
     lines = []
-    for row, rolled, kept in zip(records, result.rolled_out.tolist(), result.kept.tolist()):
-        row = {("logged_kept" if key == "kept" else key): value for key, value in row.items()}
-        lines.append(json.dumps({**row, "rolled_out": rolled, "kept": kept}, default=_json_value))
+    for row, rolled, kept, flags in zip(records, result.rolled_out.tolist(), result.kept.tolist(),
+                                        kept_rollout_lists(log, result)):
+        row = {LOGGED.get(key, key): value for key, value in row.items()}
+        lines.append(json.dumps({**row, "rolled_out": rolled, "kept": kept, "kept_rollouts": flags},
+                                default=_json_value))
     atomic_write_text(out, "\n".join(lines) + "\n")
 
 
@@ -274,6 +333,7 @@ def run_replay(path, cfg, out) -> ReplayResult:
     """The `lze-bench replay` command: read, replay, print the summary, write `out` if given."""
     from rich.progress import Progress
 
+    check_replayable(cfg.selector.name)  # before reading what may be a large log
     log = read_log(path)
     with Progress(transient=True) as progress:
         task = progress.add_task(f"replaying through {cfg.selector.name}", total=None)

@@ -9,8 +9,14 @@ or JSONL rows `{step, prompt_id, rewards}` with optional `epoch`,
 the file, the row (`line N` for JSONL, `row N` counted from 1 for Parquet)
 and the field.
 
-Choices (ours): every row must have the same number of rewards (one run has
-one group size); an optional column present in some rows must be present in
+Choices (ours): rows may hold different numbers of rewards (ragged groups:
+a run of a selector that rolls prompts out unevenly, such as speed or
+reinforce_ada); `rewards` is then padded with NaN to the longest row and
+`lengths` says how many of each row are real (`valid` the mask), so reading
+never fails on them; whether a selector can replay such a log is the
+replay's decision (replay/__init__.py). `response_entropy` needs one value
+per reward of its own row, `prompt_embedding` one width for every row. An
+optional column present in some rows must be present in
 all; booleans count as 0/1 rewards; `(step, prompt_id)` must be unique,
 except in a log with a `round` column (a backend's refill rounds can roll a
 prompt out twice in one step): there the first round's group of each prompt is
@@ -41,15 +47,26 @@ class RolloutLogData:
     row_names: list[str]  # "line 3" / "row 3", for messages
     step: np.ndarray  # int64[R]
     prompt_id: np.ndarray  # int64[R]
-    rewards: np.ndarray  # float32[R, n]
+    rewards: np.ndarray  # float32[R, n_max], NaN beyond a row's own count (ragged groups)
+    lengths: np.ndarray  # int64[R]: rewards of each row
     epoch: np.ndarray | None = None  # int64[R]
-    response_entropy: np.ndarray | None = None  # float32[R, n]
+    response_entropy: np.ndarray | None = None  # float32[R, n_max], padded as rewards
     prompt_entropy: np.ndarray | None = None  # float32[R]
     prompt_embedding: np.ndarray | None = None  # float32[R, d]
 
     @property
     def num_prompts(self) -> int:
         return int(self.prompt_id.max()) + 1
+
+    @property
+    def valid(self) -> np.ndarray:
+        """bool[R, n_max]: the entries of `rewards` that a row really holds."""
+        return np.arange(self.rewards.shape[1])[None, :] < self.lengths[:, None]
+
+    @property
+    def ragged(self) -> bool:
+        """Rows hold different numbers of rewards."""
+        return bool(self.lengths.size) and bool((self.lengths != self.lengths[0]).any())
 
 
 def fail(log_path, row_name: str, field: str, message: str) -> LzeBenchError:
@@ -100,11 +117,12 @@ def _read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
 def _typed(path, frame, records, names) -> RolloutLogData:
     for field in REQUIRED:
         _require_column(path, frame, names, field)
+    rewards, lengths = _matrix(path, frame["rewards"], names, "rewards", ragged=True)
     log = RolloutLogData(
         path=path, frame=frame, records=records, row_names=names,
         step=_integers(path, frame["step"], names, "step"),
         prompt_id=_integers(path, frame["prompt_id"], names, "prompt_id"),
-        rewards=_matrix(path, frame["rewards"], names, "rewards"),
+        rewards=rewards, lengths=lengths,
     )
     if "epoch" in frame:
         _require_column(path, frame, names, "epoch")
@@ -112,9 +130,14 @@ def _typed(path, frame, records, names) -> RolloutLogData:
     for field in OPTIONAL_LISTS:
         if field in frame:
             _require_column(path, frame, names, field)
-            setattr(log, field, _matrix(path, frame[field], names, field))
-    if log.response_entropy is not None and log.response_entropy.shape != log.rewards.shape:
-        raise fail(path, names[0], "response_entropy", f"needs one value per response ({log.rewards.shape[1]})")
+            values, widths = _matrix(path, frame[field], names, field, ragged=field == "response_entropy")
+            setattr(log, field, values)
+            if field == "response_entropy":
+                differs = np.flatnonzero(widths != log.lengths)
+                if differs.size:
+                    row = differs[0]
+                    raise fail(path, names[row], field, f"needs one value per response ({log.lengths[row]} rewards), "
+                                                        f"got {widths[row]}")
     if "prompt_entropy" in frame:
         _require_column(path, frame, names, "prompt_entropy")
         log.prompt_entropy = _numbers(path, frame["prompt_entropy"], names, "prompt_entropy")
@@ -159,8 +182,9 @@ def _numbers(path, series, names, field) -> np.ndarray:
     return numbers
 
 
-def _matrix(path, series, names, field) -> np.ndarray:
-    """float32[R, width] from a column of equal-length numeric lists."""
+def _matrix(path, series, names, field, ragged: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(float32[R, width], int64[R] lengths) from a column of numeric lists; `ragged`: rows may differ in
+    length and are padded with NaN to the longest, else one differing row fails."""
     rows, width = [], None
     for i, value in enumerate(series.to_numpy()):
         if not isinstance(value, (list, tuple, np.ndarray)):
@@ -173,12 +197,17 @@ def _matrix(path, series, names, field) -> np.ndarray:
             raise fail(path, names[i], field, f"must be a non-empty flat list, got shape {array.shape}")
         if width is None:
             width = array.size
-        elif array.size != width:
+        elif array.size != width and not ragged:
             raise fail(path, names[i], field, f"ragged: {array.size} values where {names[0]} has {width}")
         if not np.all(np.isfinite(array.astype(np.float64))):
             raise fail(path, names[i], field, "contains NaN or inf")
         rows.append(array)
-    return np.asarray(np.stack(rows), dtype=np.float32)
+    lengths = np.fromiter((row.size for row in rows), dtype=np.int64, count=len(rows))
+    if not (lengths == lengths[0]).all():
+        padded = np.full((lengths.size, int(lengths.max())), np.nan, dtype=np.float32)
+        padded[np.arange(padded.shape[1])[None, :] < lengths[:, None]] = np.concatenate(rows).astype(np.float32)
+        return padded, lengths
+    return np.asarray(np.stack(rows), dtype=np.float32), lengths
 
 
 _NONE = object()

@@ -12,8 +12,8 @@ and writes `<out_root>/<name>/`:
                               (initial.py; the report says what variation the intervals cover)
     table2.md .tex .csv       FLOPs to reach a fraction of uniform's gain over the initial
                               policy, as a ratio to uniform on the same seed (paired.py)
-    table3.md .tex .csv       training FLOPs by phase, offline FLOPs, steps, rollout rounds per step, kept fraction,
-                              wall time (tables.py)
+    table3.md .tex .csv       training FLOPs by phase, offline FLOPs, steps, rollout rounds per step, rollouts
+                              generated and trained per step, kept fraction, wall time (tables.py)
     runs.csv at_budget.csv reach.csv points.csv   per-seed numbers behind them (points: every eval point)
     astral_predictor.csv      ASTRAL's predictors' accuracy per run (predictor.py; only with astral runs)
     offline.csv               offline compute per run (offline.py; only with a learned predictor)
@@ -124,7 +124,8 @@ def write_tables(report: dict, out: Path) -> dict[str, str]:
     else:
         texts["table2"] = f"(no `{BASELINE}` runs with accuracy: Table 2 needs the uniform baseline)\n"
         log.warning("no %s runs with accuracy: Table 2 left out", BASELINE)
-    caption3 = "Training FLOPs by phase (seed means), steps, fraction of rolled-out prompts kept, wall time."
+    caption3 = ("Training FLOPs by phase (seed means), steps, rollouts generated and trained per step, fraction of "
+                "rolled-out prompts kept, wall time.")
     texts["table3"] = _write_table(out, "table3", cost_cells(report["table3"]), caption3, "tab:cost",
                                    report["table3"])
     return texts

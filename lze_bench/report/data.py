@@ -244,6 +244,8 @@ def run_summary(runs: list[Run], points: pd.DataFrame) -> pd.DataFrame:
             "wall_time_s": float(led["time_step_s"].sum()),
             "gpus": run.gpus,
             "gen_rounds_per_step": float(led["gen_rounds"].mean()) if len(led) else float("nan"),
+            "generated_per_step": float(led["samples"].mean()) if len(led) else float("nan"),
+            "trained_per_step": _mean_of(led, "responses_trained"),
             "prompts_dropped": int(led["prompts_dropped"].sum()),
             "offline_flops": offline_flops(run.run_dir),
             "stopped_by": run.done.get("stopped_by"),
@@ -253,6 +255,12 @@ def run_summary(runs: list[Run], points: pd.DataFrame) -> pd.DataFrame:
             row[f"final_accuracy_{bench}"] = float(group.sort_values("step")["accuracy"].iloc[-1])
         rows.append(row)
     return pd.DataFrame(rows).sort_values(["label", "seed"], kind="stable").reset_index(drop=True)
+
+
+def _mean_of(ledger: pd.DataFrame, column: str) -> float:
+    """Mean per step of a column the backends write beside LEDGER_COLUMNS (`responses_trained`), over the steps
+    that hold it; NaN (Table 3 shows "–") for a ledger written before the column existed."""
+    return float(ledger[column].mean()) if column in ledger and ledger[column].notna().any() else float("nan")
 
 
 def _ratio(num, den) -> float:

@@ -157,8 +157,12 @@ def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: li
         "predictor: labelling rollouts, encoder passes, head training; AdaRFT's difficulty labels made by "
         "`lze-bench label`: the reference model's rollouts; offline_flops.json), not in the total; labels that "
         "come with the data are external, not charged (prompt_metadata.json). "
-        "Rounds / step = rollout rounds (one generation call each) per training step. Kept fraction = groups "
-        "reaching the actor update / prompts rolled out.",
+        "Rounds / step = rollout rounds (one generation call each) per training step. Rollouts generated / step = "
+        "responses generated per step (the ledger's `samples`, probes included; rollout FLOPs follow them); "
+        "rollouts trained / step = fresh responses that reached the actor update (`responses_trained`; log-prob and "
+        "train FLOPs follow them, with replayed groups' on top): fewer than generated when a selector drops groups "
+        "or trains a subset of each group's rollouts (pods); \"–\" for ledgers written before the column. Kept "
+        "fraction = groups reaching the actor update / prompts rolled out.",
         "",
     ]
     lines += predictor_section(report.get("predictor"), report.get("offline"), budget if has_budget else None)

@@ -85,18 +85,22 @@ def _cut_cell(responses, prompts) -> str:
 
 
 def cost_cells(t3: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Table 3: FLOPs by phase (seed means), offline FLOPs, steps, rollout rounds per step, kept fraction,
-    wall time."""
+    """Table 3: FLOPs by phase (seed means), offline FLOPs, steps, rollout rounds per step, rollouts generated
+    and trained per step ("–" where a ledger predates `responses_trained`), kept fraction, wall time."""
     minutes = bool(t3["wall_time_s"].max() >= 120) if len(t3) else False
     unit, scale = ("min", 1 / 60) if minutes else ("s", 1.0)
     header = ["selector", "rollout FLOPs", "log-prob FLOPs", "train FLOPs", "select FLOPs", "total FLOPs",
-              "offline FLOPs", "steps", "rounds / step", "kept frac.", f"wall time ({unit})", "seeds"]
+              "offline FLOPs", "steps", "rounds / step", "rollouts generated / step",
+              "rollouts trained / step", "kept frac.", f"wall time ({unit})", "seeds"]
     rows = []
     for _, r in t3.iterrows():
         rows.append([
             str(r["label"]), sci(r["flops_rollout"]), sci(r["flops_logprob"]), sci(r["flops_train"]),
             sci(r["flops_select"]), sci(r["flops_total"]), sci(r.get("offline_flops", 0.0)), _num(r["steps"], ".1f"),
-            _num(r.get("gen_rounds_per_step", float("nan")), ".2f"), _num(r["kept_fraction"], ".2f"),
+            _num(r.get("gen_rounds_per_step", float("nan")), ".2f"),
+            _num(r.get("generated_per_step", float("nan")), ".1f"),
+            _num(r.get("trained_per_step", float("nan")), ".1f"),
+            _num(r["kept_fraction"], ".2f"),
             pm(r["wall_time_s"], r["wall_time_s_ci"], ".1f", scale), str(int(r["seeds"])),
         ])
     return header, rows

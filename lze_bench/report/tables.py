@@ -42,13 +42,19 @@ def benchmarks_of(points: pd.DataFrame) -> list[str]:
 
 
 def cost_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per label: FLOPs by phase, offline FLOPs, steps, rollout rounds per step, kept fraction, wall time
-    (mean, ci over seeds); numbers only."""
+    """Per label: FLOPs by phase, offline FLOPs, steps, rollout rounds per step, rollouts generated and trained
+    per step, kept fraction, wall time (mean, ci over seeds); numbers only.
+
+    Generated = the ledger's `samples` (every rollout generated, probes included); trained = its
+    `responses_trained` (fresh rollouts that reached the actor update: a per-rollout selector such as pods
+    trains fewer than it generates; replayed groups are not counted). A ledger written before
+    `responses_trained` existed gives NaN there, and the mean over seeds takes the seeds that have it."""
     rows = []
     for label, group in summary.groupby("label", sort=False):
         row = {"label": label, "seeds": len(group)}
         for col in ("flops_rollout", "flops_logprob", "flops_train", "flops_select", "flops_total", "kept_fraction",
-                    "rolled_out_fraction", "wall_time_s", "steps", "gen_rounds_per_step", "offline_flops"):
+                    "rolled_out_fraction", "wall_time_s", "steps", "gen_rounds_per_step", "generated_per_step",
+                    "trained_per_step", "offline_flops"):
             row[col], row[f"{col}_ci"], _ = mean_ci(group[col])
         rows.append(row)
     return _baseline_first(pd.DataFrame(rows))
