@@ -211,9 +211,9 @@ class AuthorsSpeed:
         return {u: rows[u] for u in chosen}
 
 
-@pytest.mark.parametrize("n_init,n_cont,n_gpus,gen", [(4, 20, 1, None), (2, 6, 2, 10), (4, 8, 3, 7)])
-def test_speed_trains_what_the_authors_loop_trains(n_init, n_cont, n_gpus, gen):
-    batch = 4
+@pytest.mark.parametrize("n_init,n_cont,n_gpus,gen,batch", [(4, 20, 1, None, 4), (2, 6, 2, 10, 4), (4, 8, 3, 7, 4),
+                                                              (2, 4, 1, 3, 1)])
+def test_speed_trains_what_the_authors_loop_trains(n_init, n_cont, n_gpus, gen, batch):
     config = SELECTORS["speed"].Config(n_init=n_init, n_continue=n_cont, n_gpus=n_gpus, gen_batch_size=gen)
     selector = build_selector(config, num_prompts=3000, batch_size=batch)
     authors = AuthorsSpeed(Streams(2), n_init=n_init, n_cont=n_cont, n_gpus=n_gpus, batch=batch)

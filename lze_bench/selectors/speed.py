@@ -90,7 +90,11 @@ class SpeedSelector(Selector):
     def __init__(self, config=None, *, num_prompts: int, batch_size: int | None = None):
         super().__init__(config, num_prompts=num_prompts, batch_size=batch_size)
         self.ready = 0  # complete groups held for a later update
-        self._calls = (-1, 0)  # (step, calls made in it): the per-step cap, not state (a step restarts whole)
+        self._calls: tuple = ()  # (step, calls made in it): the per-step cap, not state (a step restarts whole)
+
+    def _in_step(self, step: int) -> bool:
+        """Whether this step already made a call (a later round of it)."""
+        return bool(self._calls) and self._calls[0] == step
 
     def gen_batch_size(self, budget: int) -> int:
         return int(self.config.gen_batch_size) if self.config.gen_batch_size is not None else 4 * int(budget)
@@ -106,14 +110,14 @@ class SpeedSelector(Selector):
 
     def select_rollout(self, candidate_ids, budget, step, rng, features=None):
         target = self.batch_size or budget
-        if self._calls[0] != step and self.ready >= target:
+        if not self._in_step(step) and self.ready >= target:
             return candidate_ids[:0]  # enough complete groups carried over: this step generates nothing
         return candidate_ids[:budget]
 
     def select_update(self, batch, step, rng):
         cfg = self.config
         target = int(self.batch_size or batch.num_groups)
-        calls = self._calls[1] + 1 if self._calls[0] == step else 1
+        calls = self._calls[1] + 1 if self._in_step(step) else 1
         self._calls = (step, calls)
         counts = batch.counts
         complete = counts >= cfg.n_init + cfg.n_continue
