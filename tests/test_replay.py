@@ -22,7 +22,6 @@ of the pinned choices:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +30,6 @@ import pytest
 from typer.testing import CliRunner
 
 from lze_bench.cli import app
-from lze_bench.registry import SELECTORS
-from lze_bench.selectors.uniform import UniformSelector
 
 DATA = Path(__file__).parent / "data"
 SMALL = DATA / "replay_small.jsonl"
@@ -305,41 +302,56 @@ def test_pods_replays_the_rollouts_it_would_train(tmp_path):
     assert [list(v) for v in frame["kept_rollouts"]] == [r["kept_rollouts"] for r in rows]
 
 
-@dataclass
-class ExtenderConfig:
-    name: str = "extender"
+def long_log(tmp_path, rollouts: int, steps: int = 3, prompts: int = 6) -> Path:
+    """A uniform-like log with `rollouts` logged rewards per prompt (enough for a selector that extends groups)."""
+    rng = np.random.default_rng(11)
+    path = tmp_path / f"long{rollouts}.jsonl"
+    with open(path, "w") as handle:
+        for step in range(steps):
+            for pid in range(prompts):
+                rate = [0.0, 1.0, 0.2, 0.5, 0.9, 0.05][pid]
+                rewards = (rng.random(rollouts) < rate).astype(int).tolist()
+                handle.write(json.dumps({"step": step, "prompt_id": pid + step * prompts, "rewards": rewards}) + "\n")
+    return path
 
 
-class Extender(UniformSelector):
-    """A selector that would ask for more rollouts of a rolled-out prompt (as speed and reinforce_ada do)."""
-
-    Config = ExtenderConfig
-    name = "extender"
-    extends_groups = True
-
-
-@pytest.fixture
-def extender(monkeypatch):
-    from hydra.core.config_store import ConfigStore
-
-    from lze_bench.config import register_all
-
-    register_all()
-    monkeypatch.setitem(SELECTORS, "extender", Extender)
-    store = ConfigStore.instance()
-    store.store(group="selector", name="extender", node=ExtenderConfig)
-    yield
-    store.repo["selector"].pop("extender.yaml", None)
-
-
-def test_a_selector_that_extends_groups_is_refused_in_one_line(extender, tmp_path):
+def test_a_selector_asking_for_rollouts_the_log_lacks_says_what_is_missing(tmp_path):
     out = tmp_path / "never.jsonl"
-    result = replay(SMALL, "selector=extender", "--out", out)
+    result = replay(SMALL, "selector=reinforce_ada", "--out", out)  # 2n = 8 first rollouts; the log has 4
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and "selector=extender" in lines[0] and "more rollouts of a prompt" in lines[0]
-    assert "only the rollouts its run generated" in lines[0] and not out.exists()
+    assert len(lines) == 1 and "selector=reinforce_ada asks for rollouts 1-8 of prompt" in lines[0]
+    assert "the log holds 4" in lines[0] and "never generated" in lines[0] and not out.exists()
     assert replay(SMALL, "selector=uniform").exit_code == 0  # the same log through one that keeps to its groups
+
+
+def test_reinforce_ada_replays_a_log_with_enough_rollouts(tmp_path):
+    out = tmp_path / "ada.jsonl"
+    result = replay(long_log(tmp_path, 32), "selector=reinforce_ada", "replay.group_size=4", "--out", out)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(r["rolled_out"] and r["kept"] for r in rows)
+    for r in rows:
+        kept = [x for x, k in zip(r["rewards"], r["kept_rollouts"]) if k]
+        assert len(kept) == 4
+        first = r["rewards"][:8]
+        if 2 <= sum(first) <= 6:  # two right and two wrong in round 1: the first of each kept
+            right = [i for i, x in enumerate(first) if x][:2]
+            wrong = [i for i, x in enumerate(first) if not x][:2]
+            assert [i for i, k in enumerate(r["kept_rollouts"]) if k] == sorted(right + wrong)
+    assert replay(long_log(tmp_path, 16), "selector=reinforce_ada", "replay.group_size=4").exit_code == 2
+
+
+def test_speed_replays_screening_and_continuation_from_the_logged_rollouts(tmp_path):
+    out = tmp_path / "speed.jsonl"
+    result = replay(long_log(tmp_path, 24, steps=4), "selector=speed", "--out", out)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    screened_in = [r for r in rows if 0 < sum(r["rewards"][:4]) < 4]
+    kept = [r for r in rows if r["kept"]]
+    assert all(r["rolled_out"] for r in rows) and len(kept) == 6  # B = 6: one update, once 6 groups were complete
+    assert all(r in screened_in for r in kept)  # screening passed; no second filter on the continued 20
+    assert all(r["kept_rollouts"] == [r["kept"]] * 24 for r in rows)
 
 
 def ragged_run_dir(tmp_path) -> Path:

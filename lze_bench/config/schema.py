@@ -153,10 +153,15 @@ class TrainConfig:
 @dataclass
 class ReplayOptions:
     budget_fraction: Optional[float] = None  # null: each method's own budget (selectors.md §8)
+    # n (trainer.n_samples of the run compared with) for selectors that extend groups: Reinforce-Ada's kept
+    # rollouts per prompt; null = the log's first row's rollout count
+    group_size: Optional[int] = None
 
     def __post_init__(self):
         if self.budget_fraction is not None:
             require(0 < self.budget_fraction <= 1, "replay.budget_fraction", "must be in (0, 1] or null")
+        if self.group_size is not None:
+            require(self.group_size >= 1, "replay.group_size", "must be >= 1 or null")
 
 
 @dataclass

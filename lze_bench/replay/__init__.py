@@ -21,12 +21,14 @@ prompts they would have asked for (GRESO: the survivors `T` its next round would
 reference set is every prompt revealed in the previous round (when the log has embeddings) and its replay
 keys are counted (its pool never holds a group whose rewards are all 0 or all 1, selectors.md §3).
 
-What a log cannot hold, refused in one line before anything runs: a
-selector that asks for more rollouts of a prompt than its group holds
-(`extends_groups`: speed, reinforce_ada), since a log has only the rollouts
-its run generated; and ragged groups (rows with different reward counts),
-since every selector takes groups of one size (`RolloutBatch.rewards
-[G, n]`), so padding them would change their pass rates.
+Selectors that extend groups (`extends_groups`: speed, reinforce_ada) are
+served each row's logged rollouts in generation order (lze_bench.replay.extending);
+where one asks for more rollouts of a prompt than its row holds, the replay
+stops with one line saying what is missing (those rewards were never
+generated). Ragged groups (rows with different reward counts, as such a run
+logs) are refused in one line for every other selector, since they take
+groups of one size (`RolloutBatch.rewards[G, n]`), so padding them would
+change their pass rates.
 
 Choices (ours): a log's own `kept` and `kept_rollouts` columns are kept as `logged_kept` and
 `logged_kept_rollouts`; the
@@ -47,6 +49,7 @@ import numpy as np
 import pandas as pd
 
 from lze_bench.errors import LzeBenchError
+from lze_bench.replay.extending import replay_extending_step
 from lze_bench.replay.log import RolloutLogData, fail, read_log
 from lze_bench.selectors import build_selector
 from lze_bench.selectors.astral import AstralSelector, newest_per_prompt
@@ -78,18 +81,6 @@ class ReplayResult:
         """Nothing rolled out, kept or trained yet."""
         rows = log.step.size
         return cls(np.zeros(rows, dtype=bool), np.zeros(rows, dtype=bool), np.zeros(log.rewards.shape, dtype=bool))
-
-
-def check_replayable(name: str) -> None:
-    """One line when a selector needs rollouts that no log holds (module docstring)."""
-    from lze_bench.registry import SELECTORS
-
-    if getattr(SELECTORS[name], "extends_groups", False):
-        raise LzeBenchError(
-            f"replay: selector={name} asks for more rollouts of a prompt than were generated (extends_groups); a log "
-            "holds only the rollouts its run generated, so the rewards of those extra rollouts are nowhere to replay; "
-            f"compare {name} by training it (lze-bench train selector={name}) or replay a selector that keeps to the "
-            "logged groups")
 
 
 def check_group_sizes(log: RolloutLogData, name: str) -> None:
@@ -175,13 +166,18 @@ def log_metadata(log: RolloutLogData) -> dict:
 
 
 def replay_log(log: RolloutLogData, selector_cfg, seed: int = 0, budget_fraction: float | None = None,
-               on_step=None) -> ReplayResult:
+               on_step=None, group_size: int | None = None) -> ReplayResult:
     """Run one selector over the log step by step; returns the per-row flags and the per-step summary.
 
-    `on_step(done, total)` is called after each step (the CLI's progress bar).
+    `on_step(done, total)` is called after each step (the CLI's progress bar); `group_size` is
+    `replay.group_size` (n for selectors that extend groups, lze_bench.replay.extending; None = the
+    log's first row).
     """
-    check_replayable(selector_cfg.name)
-    check_group_sizes(log, selector_cfg.name)
+    from lze_bench.registry import SELECTORS
+
+    extending = bool(getattr(SELECTORS[selector_cfg.name], "extends_groups", False))
+    if not extending:
+        check_group_sizes(log, selector_cfg.name)
     order = np.argsort(log.step, kind="stable")  # rows of a step stay in log order
     steps, starts = np.unique(log.step[order], return_index=True)
     bounds = np.append(starts, order.size)
@@ -192,14 +188,19 @@ def replay_log(log: RolloutLogData, selector_cfg, seed: int = 0, budget_fraction
     features = LogFeatures(log)
     reference = AstralReference(selector, log)
     result = ReplayResult.for_log(log)
-    epoch_now = None
+    epoch_now, pending = None, []
+    n = int(group_size if group_size is not None else log.lengths[0])
     for index, step in enumerate(steps.tolist()):
         rows = order[bounds[index] : bounds[index + 1]]
         if epochs[index] != epoch_now:
             epoch_now = int(epochs[index])
             selector.begin_epoch(epoch_now, step_rng(seed, step, TAG_BEGIN_EPOCH))
-        result.summary.append(replay_step(selector, log, rows, step, epoch_now, seed, budget_fraction,
-                                          features, reference, result))
+        if extending:
+            summary, pending = replay_extending_step(selector, log, rows, step, epoch_now, seed, n, pending, result)
+        else:
+            summary = replay_step(selector, log, rows, step, epoch_now, seed, budget_fraction, features, reference,
+                                  result)
+        result.summary.append(summary)
         if on_step is not None:
             on_step(index + 1, steps.size)
     return result
@@ -333,12 +334,12 @@ def run_replay(path, cfg, out) -> ReplayResult:
     """The `lze-bench replay` command: read, replay, print the summary, write `out` if given."""
     from rich.progress import Progress
 
-    check_replayable(cfg.selector.name)  # before reading what may be a large log
     log = read_log(path)
     with Progress(transient=True) as progress:
         task = progress.add_task(f"replaying through {cfg.selector.name}", total=None)
         result = replay_log(log, cfg.selector, seed=int(cfg.seed), budget_fraction=cfg.replay.budget_fraction,
-                            on_step=lambda done, total: progress.update(task, completed=done, total=total))
+                            on_step=lambda done, total: progress.update(task, completed=done, total=total),
+                            group_size=cfg.replay.group_size)
     print_summary(result, f"replay of {Path(path).name} through {cfg.selector.name} (seed {cfg.seed})")
     if out is not None:
         write_output(log, result, Path(out))
