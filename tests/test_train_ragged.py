@@ -34,6 +34,7 @@ SPEED = ["task.num_train=64", "backend.threads=1", "trainer.batch_size=4", "trai
          "selector.gen_batch_size=12", "trainer.steps=5", "trainer.checkpoint_every=2", "trainer.eval_every=0"]
 
 
+@pytest.mark.slow  # three runs on the shipped warm start (~40 s on 2 cores)
 def test_speed_books_generated_and_trained_rollouts_and_resumes_its_queue(tmp_path, cache_dir):
     unbroken, broken = tmp_path / "unbroken", tmp_path / "broken"
     train(unbroken, cache_dir, *SPEED, tiny=False)
