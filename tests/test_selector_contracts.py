@@ -92,6 +92,8 @@ class Harness:
             self.log.append((step, ids.tolist(), decision.keep.tolist(), decision.more, decision.replay.tolist()))
             if decision.more == 0:
                 return
+            # a backend caps the rounds of a step (backend.max_gen_rounds); a selector that never stops is a bug
+            assert round_index < 200, f"{sel.name} asked for more prompts in 200 rounds of one step"
             count, budget, round_index = sel.round_candidates(decision.more), decision.more, round_index + 1
 
 
