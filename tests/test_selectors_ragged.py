@@ -218,18 +218,24 @@ def test_speed_trains_what_the_authors_loop_trains(n_init, n_cont, n_gpus, gen, 
     selector = build_selector(config, num_prompts=3000, batch_size=batch)
     authors = AuthorsSpeed(Streams(2), n_init=n_init, n_cont=n_cont, n_gpus=n_gpus, batch=batch)
     steps = run_steps(selector, Streams(2), steps=8, batch=batch, n=8, num_prompts=3000)
-    stale = 0
+    # the fresh batches the harness offered, in order; the authors' loop decides itself when to make a call
+    offered = [fresh for rounds, _, _ in steps for fresh in rounds if fresh]
+    assert all(len(fresh) == (gen or 4 * batch) for fresh in offered)  # gen_batch_size, null = 4 B
+    stale = idle = 0
     for step, (fresh_rounds, trained, selection) in enumerate(steps):
-        for fresh in fresh_rounds:  # one call per round (a round with no fresh prompts only continues)
-            if fresh or authors.queue:
-                authors.call(fresh)
+        while authors.ready < batch:  # FT:133: generate until enough groups are complete
+            authors.call(offered.pop(0))
         reference = authors.train()
         assert sorted(trained) == sorted(reference), f"step {step}: other prompts trained"
         for pid, (pool, kept) in trained.items():
             assert pool == kept == reference[pid], f"step {step} prompt {pid}: other rollouts trained"
         stale += sum(g.gen_step < step for r in selection.rounds for g, k in zip(r.groups, r.decision.keep) if k)
+        idle += not any(fresh_rounds)
         assert not selection.partial
+    assert not offered  # no call the authors' loop would not make
     assert stale > 0  # groups generated at an earlier step trained later (the cross-step queue was exercised)
+    if n_cont >= 4 * n_init:
+        assert idle > 0  # a step that started with B complete groups generated nothing
 
 
 def test_speed_screens_out_groups_whose_first_rollouts_agree():
