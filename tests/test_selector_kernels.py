@@ -353,3 +353,19 @@ def test_a_state_with_both_runs_on_one_prompt_is_refused(name):
     state["easy_run"][3], state["hard_run"][3] = 1, 1
     with pytest.raises(LzeBenchError, match="both an easy and a hard run"):
         sel.load_state_dict(state)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 8, 9])
+def test_rows_by_pattern_equals_the_rule_on_every_row(n):
+    from lze_bench.selectors.stats import rows_by_pattern
+
+    def rule(flags):  # row-wise and position-dependent: keep the flags after the row's first True, rotated
+        flags = np.asarray(flags, dtype=bool)
+        return np.roll(np.logical_xor(np.cumsum(flags, axis=1) > 1, flags[:, :1]), 1, axis=1)
+
+    rng = np.random.default_rng(n)
+    for groups in (0, 3, 700):
+        flags = rng.random((groups, n)) < rng.random((groups, 1))
+        out = rows_by_pattern(flags, rule)
+        assert out.shape == (groups, n) and out.dtype == bool
+        assert np.array_equal(out, rule(flags))
