@@ -231,6 +231,23 @@ def test_greso_observe_runs_equal_two_counters():
     assert np.array_equal(history.easy_run, easy) and np.array_equal(history.hard_run, hard)
 
 
+def test_greso_large_batch_observe_equals_the_same_batch_in_small_pieces():
+    """A batch covering >= 1/4 of the prompts (byte marks + passes over every record) vs pieces of < 1/4."""
+    from lze_bench.selectors.greso_state import BLOCK
+
+    num = BLOCK + 5000  # more than one block of records
+    whole, pieces = greso_state(num, 8), greso_state(num, 8)
+    for round_index in range(3):
+        ids = np.random.default_rng([round_index, 1]).permutation(num)[: num * 3 // 4]
+        kind = np.random.default_rng([round_index, 2]).integers(0, 3, ids.size)  # solved, failed, informative
+        whole.observe(ids, kind == 0, kind == 1)
+        for chunk in np.array_split(np.arange(ids.size), 4):
+            pieces.observe(ids[chunk], kind[chunk] == 0, kind[chunk] == 1)
+        assert np.array_equal(whole.rows, pieces.rows)
+        assert (whole.rolled_step, whole.solved_step, whole.failed_step) == (
+            pieces.rolled_step, pieces.solved_step, pieces.failed_step)
+
+
 @pytest.mark.parametrize("size", [1, 2, 7, 10, 1001, 40000])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_median_equals_numpy_median(size, dtype):
