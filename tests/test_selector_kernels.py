@@ -91,6 +91,28 @@ def test_gumbel_top_k_equals_one_gumbel_vector_and_stable_top_k(trial):
     assert after_got.random() == after_ref.random()  # the same stream consumed
 
 
+@pytest.mark.parametrize("trial", range(24))
+def test_dense_gumbel_top_k_equals_the_one_over_the_finite_positions(trial):
+    from lze_bench.selectors.topk import gumbel_top_k_dense
+
+    rng = np.random.default_rng([trial, 3])
+    size = int(rng.choice([50, APPROX_MIN + 7, 20000]))
+    finite = rng.random(size) < rng.uniform(0.3, 1.0)
+    levels = rng.choice([3, 40, 10**6])  # few levels: many exact ties
+    base = np.where(finite, np.round(rng.random(size) * 1.3 * levels) / levels, -np.inf)
+    idx = np.flatnonzero(finite)
+    scale = float(rng.choice([1e-8, 1e-3, 0.065, 2.0]))
+    k = int(rng.integers(0, idx.size + 1))
+    absmax = float(base.max()) if trial % 3 else None
+    seed = [trial, 9]
+    got_rng, ref_rng = np.random.default_rng(seed), np.random.default_rng(seed)
+    got = gumbel_top_k_dense(got_rng, scale, base, k, base_absmax=absmax)
+    expected = np.zeros(size, dtype=bool)
+    expected[idx] = gumbel_top_k(ref_rng, scale, size, idx, base[idx], k, base_absmax=absmax)
+    assert np.array_equal(got, expected)
+    assert got_rng.random() == ref_rng.random()  # the same stream consumed
+
+
 @pytest.mark.parametrize("scale", [1e-8, 0.065, 3.0])
 def test_float32_filter_decides_without_falling_back(scale):
     """The filter itself (not its float64 fallback) picks the exact top-k on LZE-like energies."""
@@ -386,3 +408,13 @@ def test_rows_by_pattern_equals_the_rule_on_every_row(n):
         out = rows_by_pattern(flags, rule)
         assert out.shape == (groups, n) and out.dtype == bool
         assert np.array_equal(out, rule(flags))
+
+
+def test_dense_gumbel_top_k_follows_numpys_rejection_of_a_zero_uniform():
+    from lze_bench.selectors.topk import gumbel_top_k_dense
+
+    size = APPROX_MIN * 2
+    base = np.where(np.arange(size) % 3 == 0, -np.inf, np.linspace(0.0, 1.0, size))
+    got = gumbel_top_k_dense(rng_drawing_zero_first(2), 0.1, base, size // 3, base_absmax=1.0)
+    key = base + rng_drawing_zero_first(2).gumbel(0.0, 0.1, size)
+    assert np.array_equal(got, top_k_mask(key, size // 3))
