@@ -91,6 +91,28 @@ def test_gumbel_top_k_equals_one_gumbel_vector_and_stable_top_k(trial):
     assert after_got.random() == after_ref.random()  # the same stream consumed
 
 
+@pytest.mark.parametrize("trial", range(24))
+def test_dense_gumbel_top_k_equals_the_one_over_the_finite_positions(trial):
+    from lze_bench.selectors.topk import gumbel_top_k_dense
+
+    rng = np.random.default_rng([trial, 3])
+    size = int(rng.choice([50, APPROX_MIN + 7, 20000]))
+    finite = rng.random(size) < rng.uniform(0.3, 1.0)
+    levels = rng.choice([3, 40, 10**6])  # few levels: many exact ties
+    base = np.where(finite, np.round(rng.random(size) * 1.3 * levels) / levels, -np.inf)
+    idx = np.flatnonzero(finite)
+    scale = float(rng.choice([1e-8, 1e-3, 0.065, 2.0]))
+    k = int(rng.integers(0, idx.size + 1))
+    absmax = float(base.max()) if trial % 3 else None
+    seed = [trial, 9]
+    got_rng, ref_rng = np.random.default_rng(seed), np.random.default_rng(seed)
+    got = gumbel_top_k_dense(got_rng, scale, base, k, base_absmax=absmax)
+    expected = np.zeros(size, dtype=bool)
+    expected[idx] = gumbel_top_k(ref_rng, scale, size, idx, base[idx], k, base_absmax=absmax)
+    assert np.array_equal(got, expected)
+    assert got_rng.random() == ref_rng.random()  # the same stream consumed
+
+
 @pytest.mark.parametrize("scale", [1e-8, 0.065, 3.0])
 def test_float32_filter_decides_without_falling_back(scale):
     """The filter itself (not its float64 fallback) picks the exact top-k on LZE-like energies."""
@@ -231,6 +253,23 @@ def test_greso_observe_runs_equal_two_counters():
     assert np.array_equal(history.easy_run, easy) and np.array_equal(history.hard_run, hard)
 
 
+def test_greso_large_batch_observe_equals_the_same_batch_in_small_pieces():
+    """A batch covering >= 1/4 of the prompts (byte marks + passes over every record) vs pieces of < 1/4."""
+    from lze_bench.selectors.greso_state import BLOCK
+
+    num = BLOCK + 5000  # more than one block of records
+    whole, pieces = greso_state(num, 8), greso_state(num, 8)
+    for round_index in range(3):
+        ids = np.random.default_rng([round_index, 1]).permutation(num)[: num * 3 // 4]
+        kind = np.random.default_rng([round_index, 2]).integers(0, 3, ids.size)  # solved, failed, informative
+        whole.observe(ids, kind == 0, kind == 1)
+        for chunk in np.array_split(np.arange(ids.size), 4):
+            pieces.observe(ids[chunk], kind[chunk] == 0, kind[chunk] == 1)
+        assert np.array_equal(whole.rows, pieces.rows)
+        assert (whole.rolled_step, whole.solved_step, whole.failed_step) == (
+            pieces.rolled_step, pieces.solved_step, pieces.failed_step)
+
+
 @pytest.mark.parametrize("size", [1, 2, 7, 10, 1001, 40000])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_median_equals_numpy_median(size, dtype):
@@ -353,3 +392,29 @@ def test_a_state_with_both_runs_on_one_prompt_is_refused(name):
     state["easy_run"][3], state["hard_run"][3] = 1, 1
     with pytest.raises(LzeBenchError, match="both an easy and a hard run"):
         sel.load_state_dict(state)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 8, 9])
+def test_rows_by_pattern_equals_the_rule_on_every_row(n):
+    from lze_bench.selectors.stats import rows_by_pattern
+
+    def rule(flags):  # row-wise and position-dependent: keep the flags after the row's first True, rotated
+        flags = np.asarray(flags, dtype=bool)
+        return np.roll(np.logical_xor(np.cumsum(flags, axis=1) > 1, flags[:, :1]), 1, axis=1)
+
+    rng = np.random.default_rng(n)
+    for groups in (0, 3, 700):
+        flags = rng.random((groups, n)) < rng.random((groups, 1))
+        out = rows_by_pattern(flags, rule)
+        assert out.shape == (groups, n) and out.dtype == bool
+        assert np.array_equal(out, rule(flags))
+
+
+def test_dense_gumbel_top_k_follows_numpys_rejection_of_a_zero_uniform():
+    from lze_bench.selectors.topk import gumbel_top_k_dense
+
+    size = APPROX_MIN * 2
+    base = np.where(np.arange(size) % 3 == 0, -np.inf, np.linspace(0.0, 1.0, size))
+    got = gumbel_top_k_dense(rng_drawing_zero_first(2), 0.1, base, size // 3, base_absmax=1.0)
+    key = base + rng_drawing_zero_first(2).gumbel(0.0, 0.1, size)
+    assert np.array_equal(got, top_k_mask(key, size // 3))

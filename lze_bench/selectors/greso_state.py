@@ -207,7 +207,16 @@ class SkipHistory:
         """Runs: +1 on an all-solved rollout (from a positive run, else from 0), -1 on all-failed, else 0;
         n_obs + 1. `update(block, part)` (the owner's fields of the gathered records, block by block:
         `block = records[part]`) runs before they are written back, so a prompt's record is read once
-        and written once."""
+        and written once.
+
+        Without `update` (GRESO), a batch covering >= 1/4 of the prompts takes `_observe_dense`
+        instead (the same runs and counts: ids are unique within a batch)."""
+        self.rolled_step += int(ids.size)
+        self.solved_step += int(np.count_nonzero(solved))
+        self.failed_step += int(np.count_nonzero(failed))
+        if update is None and 4 * ids.size >= self.n_obs.size:
+            self._observe_dense(ids, solved, failed)
+            return
         records = self.rows.take(ids)
         for start in range(0, ids.size, BLOCK):  # blocks: temporaries stay in cache (same values as whole-batch)
             part = slice(start, start + BLOCK)
@@ -224,9 +233,36 @@ class SkipHistory:
             if update is not None:
                 update(block, part)
         self.rows[ids] = records
-        self.rolled_step += int(ids.size)
-        self.solved_step += int(np.count_nonzero(solved))
-        self.failed_step += int(np.count_nonzero(failed))
+
+    def _observe_dense(self, ids: np.ndarray, solved: np.ndarray, failed: np.ndarray) -> None:
+        """`observe`'s runs and counts through one byte scatter and sequential passes over every record.
+
+        Measured at 10^6 prompts: a random gather plus scatter of the records costs about twice a
+        1-byte scatter of each prompt's class (1 informative, 2 solved, 3 failed; 0 = not in the batch)
+        followed by block-wise passes over all N records, which update only the marked ones.
+        """
+        marks = np.zeros(self.rows.size, dtype=np.uint8)
+        code = np.add(solved, 1, dtype=np.uint8)
+        code += failed
+        code += failed  # solved and failed exclude each other
+        marks[ids] = code
+        runs, counts = self.rows["run"], self.rows["n_obs"]
+        for start in range(0, marks.size, BLOCK):  # blocks: temporaries stay in cache
+            part = slice(start, start + BLOCK)
+            mark = marks[part]
+            run = np.ascontiguousarray(runs[part])
+            seen = mark != 0
+            grown = np.maximum(run, 0)
+            grown += 1
+            grown *= mark == 2  # solved: max(run, 0) + 1
+            shrunk = np.minimum(run, 0)
+            shrunk -= 1
+            shrunk *= mark == 3  # failed: min(run, 0) - 1
+            grown += shrunk  # informative or unseen: 0
+            run *= ~seen
+            grown += run  # not in the batch: the run as it was
+            runs[part] = grown
+            counts[part] += seen
 
     def keep_informative(self, informative: np.ndarray, target: int) -> np.ndarray:
         """Dynamic sampling: the first `target - kept_so_far` informative groups, in generation order."""

@@ -36,8 +36,9 @@ Speed (goal: < 50 ms per step at 10^6 prompts; every decision, the rng
 stream and the state bit-identical to the straightforward formulas):
 0/1 rewards take `reward_stats`' popcount path (which also proves them in
 [0, 1]); `LzeState.observe` batches its random accesses and blocks its
-arithmetic; `select_update` ranks only the E > 0 groups (k <= #E>0, so the
--inf keys never matter) with `gumbel_top_k`, whose float32 pre-filter only
+arithmetic; `select_update` ranks every group with the E == 0 keys set to
+-inf in place (k <= #E>0, so they are never chosen) by `gumbel_top_k_dense`,
+which needs no index of the E > 0 groups and whose float32 pre-filter only
 rules out keys provably far from the k-th largest float64 key (our choice;
 the float64 energies and keys still decide every group near the threshold).
 """
@@ -55,7 +56,7 @@ from lze_bench.registry import SELECTORS
 from lze_bench.selectors.base import Selector, UpdateDecision
 from lze_bench.selectors.lze_state import LzeState
 from lze_bench.selectors.stats import group_stats, reward_stats
-from lze_bench.selectors.topk import gumbel_top_k, top_k_mask
+from lze_bench.selectors.topk import gumbel_top_k_dense, top_k_mask
 
 
 def check_unit_interval(rewards: np.ndarray) -> None:
@@ -200,17 +201,15 @@ class LzeSelector(Selector):
             key = card / cfg.tau + rng.gumbel(size=groups)
             key[~alive] = -np.inf
             return UpdateDecision(keep=alive & top_k_mask(key, min(k, int(np.count_nonzero(alive)))))
-        positive = np.flatnonzero(energy > 0)
-        if positive.size == 0:
+        positive = energy > 0
+        live = int(np.count_nonzero(positive))
+        if live == 0:
             return UpdateDecision(keep=np.zeros(groups, dtype=bool))
-        live = energy.take(positive)
         top = float(energy.max())  # energies are >= 0: the max over E > 0 is the max over all (NaN propagates)
-        spread = max(top - float(live.min()), 0.01)
+        base = np.where(positive, energy, -np.inf)  # the spec's key without noise: -inf for E == 0
+        spread = max(top - float(np.abs(base, out=np.empty_like(base)).min()), 0.01)  # |-inf| = inf: the min E > 0
         # the spec's one rng.gumbel(0, scale, G) vector; keys with E == 0 are -inf, never among the top min(k, #E>0)
-        chosen = gumbel_top_k(rng, max(cfg.exploration_noise * spread, 1e-8), groups, positive, live,
-                              min(k, positive.size), base_absmax=top)
-        keep = np.zeros(groups, dtype=bool)
-        keep[positive] = chosen
+        keep = gumbel_top_k_dense(rng, max(cfg.exploration_noise * spread, 1e-8), base, min(k, live), base_absmax=top)
         return UpdateDecision(keep=np.logical_and(keep, alive, out=keep))
 
     # --- authors' trainer alignment ---------------------------------------------

@@ -58,6 +58,7 @@ from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import SELECTORS
 from lze_bench.selectors.base import StatelessSelector, UpdateDecision
+from lze_bench.selectors.stats import rows_by_pattern
 
 
 @dataclass
@@ -88,7 +89,8 @@ def max_variance_subset(rewards: np.ndarray, m: int) -> np.ndarray:
     rewards = np.asarray(rewards)
     ones = rewards == 1
     if np.count_nonzero(ones) + np.count_nonzero(rewards == 0) == rewards.size:
-        return _binary_keep(ones, int(m))
+        # a group's kept rollouts depend only on its 0/1 row: the rule runs once per possible row (speed)
+        return rows_by_pattern(ones, lambda flags: _binary_keep(flags, int(m)))
     return _sorted_keep(rewards.astype(np.float64), int(m))
 
 

@@ -121,6 +121,38 @@ def gumbel_top_k(rng: np.random.Generator, scale: float, size: int, idx: np.ndar
 
 
 
+def gumbel_top_k_dense(rng: np.random.Generator, scale: float, base: np.ndarray, k: int,
+                       base_absmax: float | None = None) -> np.ndarray:
+    """bool[size]: `top_k_mask(base + rng.gumbel(0, scale, size), k)` for float64 `base` with -inf where excluded.
+
+    `gumbel_top_k` over every position at once: `base` is the key without noise
+    (-inf at positions that can never be chosen, finite elsewhere) and k is at
+    most the number of finite entries, so no -inf key is chosen. Same rng
+    stream, same float64 keys near the k-th largest and the same stable ties as
+    `gumbel_top_k(rng, scale, size, idx, base[idx], k)` scattered back to
+    `idx = flatnonzero(isfinite(base))`; at 10^6 groups it saves that index
+    and the gathers and scatter around it (a -inf key stays -inf through the
+    float32 filter and never enters its band). `base_absmax` (optional) is the
+    largest |finite base|; without it the float32 filter is not used.
+    """
+    base = np.asarray(base, dtype=np.float64).reshape(-1)
+    size = base.size
+    k = min(max(0, int(k)), size)
+    uniform = _gumbel_uniforms(rng, size)
+    if uniform is None:
+        key = rng.gumbel(0.0, scale, size)
+        key += base
+        return top_k_mask(key, k)
+    if 0 < k < size and size >= APPROX_MIN and base_absmax is not None:
+        chosen = _filtered_top_k(uniform, float(scale), base, k, base_absmax)
+        if chosen is not None:
+            return chosen
+    key = _neg_log_log(uniform, scale)
+    key += base
+    return top_k_mask(key, k)
+
+
+
 def _approx_keys(u: np.ndarray, scale: float, base: np.ndarray) -> np.ndarray:
     """float32 `base - scale * log(-log(1 - u))`, with |error| <= `_approx_delta` wherever u >= SMALL_U.
 

@@ -167,6 +167,15 @@ EQUIVALENT_PATTERNS = {
         "threshold between two paths that give the same counts and pruner state (tests cover both paths)",
     ("if 4 * ids.size < self.pruned.size:", "*"):
         "threshold between two forms of the same mask ~pruned | replay",
+    ("if update is None and 4 * ids.size >= self.n_obs.size:", "4 -> 5"):
+        "threshold between SkipHistory.observe's two paths, which give the same runs and counts (kernel test "
+        "test_greso_large_batch_observe_equals_the_same_batch_in_small_pieces covers both)",
+    ("if update is None and 4 * ids.size >= self.n_obs.size:", "* -> /"):
+        "threshold between SkipHistory.observe's two paths, which give the same runs and counts (kernel test "
+        "test_greso_large_batch_observe_equals_the_same_batch_in_small_pieces covers both)",
+    ("if update is None and 4 * ids.size >= self.n_obs.size:", ">= -> >"):
+        "threshold between SkipHistory.observe's two paths, which give the same runs and counts (kernel test "
+        "test_greso_large_batch_observe_equals_the_same_batch_in_small_pieces covers both)",
     ("if low >= 0 and high < 4 * ids.size + 1024:", "*"):
         "chooses bincount or np.unique for the same duplicate test (dataset ids are >= 0; tests cover both)",
     ("low, high = int(ids.min()), int(ids.max())", "*"):
