@@ -308,6 +308,14 @@ def test_trained_head_run_records_its_offline_cost_and_a_checkpoint_run_reuses_t
     assert int(ledger["flops_select"].sum()) == 0  # the encoder's passes are offline, not a step's compute
     head, encoder = record["head"], record["encoder"]
     assert encoder == record["labelers"][-1]  # the last labeller snapshot is the frozen encoder
+    # a cache built by a clone that has since moved: its recorded encoder path is gone; the run loads the
+    # snapshot from where this checkout has it and reuses the head (no second build)
+    info_path = next((cache / "predictor").glob("*/info.json"))
+    info = json.loads(info_path.read_text())
+    info["encoder"]["path"] = str(tmp_path / "moved-away" / "step_000003")
+    info_path.write_text(json.dumps(info))
+    ok(train(tmp_path / "moved", cache, *recipe, "selector.predictor=trained"))
+    assert json.loads((tmp_path / "moved" / "offline_flops.json").read_text())["flops"] == flops
     ok(train(tmp_path / "ckpt", cache, *recipe, "selector.predictor=checkpoint", f"selector.predictor_path={head}",
              f"selector.predictor_encoder={encoder}"))
     assert json.loads((tmp_path / "ckpt" / "offline_flops.json").read_text())["flops"]["labeling"] is None

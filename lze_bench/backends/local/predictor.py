@@ -81,7 +81,11 @@ def head_features(cfg, questions: list[str], inner, run_dir, device, grader):
     if selector.predictor == "trained":
         directory = ensure_head(cfg, device, grader)
         info = read_info(directory)
-        encoder = Encoder.load(info["encoder"]["name"], info["encoder"]["path"], device)
+        # the encoder is the last labeller snapshot, loaded from where this checkout has it: the path recorded at the
+        # build is where the package was then (a cache outlives a moved clone; a shipped snapshot moves with the
+        # package). Its recorded name stays its identity, which the head file was trained on.
+        encoder_dir = str(labeler_dirs(cfg, device, grader)[0][-1])
+        encoder = Encoder.load(info["encoder"]["name"], encoder_dir, device)
         return serve_head(directory / HEAD_FILE, encoder, questions, inner, run_dir, "trained", info)
     encoder = Encoder.load(str(selector.predictor_encoder), str(selector.predictor_encoder), device)
     return serve_head(selector.predictor_path, encoder, questions, inner, run_dir, "checkpoint", {})
