@@ -141,6 +141,7 @@ def authors_reinforce_ada(streams: Streams, uids, n, round_repeat, max_rounds, t
 @pytest.mark.parametrize("choice,n,repeat,rounds,threshold", [
     ("balanced", 4, None, 4, 0.7),  # the authors' script (n = 4, round_repeat 8)
     ("balanced", 5, 3, 3, 0.7),  # odd n: 2 positives, 3 negatives
+    ("balanced", 5, 8, 2, 0.7),  # finished with more of each than it keeps
     ("positive_focused", 4, 2, 4, 0.7),
     ("positive_focused", 6, 4, 2, 0.5),
 ])

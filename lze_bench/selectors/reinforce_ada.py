@@ -79,17 +79,16 @@ class ReinforceAdaConfig:
 def kept_counts(pos: np.ndarray, neg: np.ndarray, n: int, finished: np.ndarray, choice: str) -> tuple:
     """int[G] positives and int[G] negatives each group keeps (module docstring; the authors' two branches).
 
-    Finished: `downsample_cache(n)`; unfinished after the last round: the fallback over take = min(n, P + Q)."""
+    Finished: `downsample_cache(n)`; unfinished after the last round: the fallback over take = min(n, P + Q).
+    A `positive_focused` prompt finishes at its first positive, so one still unfinished has none: the
+    fallback's positive target (max(min(ceil(P/(P+Q)·n), take - 1), 1), RT:1158-1162) finds nothing to take
+    and the top-up fills `take` with negatives, which is what is computed here. The code tops up only when
+    the kept count is short of `take` (`if actual_pos + actual_neg < take`)."""
     take = np.where(finished, n, np.minimum(n, pos + neg))
-    target_pos = np.full(pos.shape, n // 2, dtype=np.int64)
-    if choice == "positive_focused":
-        ratio = np.divide(pos, pos + neg, out=np.zeros(pos.shape), where=(pos + neg) > 0)
-        fallback = np.maximum(np.minimum(np.ceil(ratio * n).astype(np.int64), take - 1), 1)
-        target_pos = np.where(finished, target_pos, fallback)
-    kept_pos = np.minimum(pos, target_pos)
-    fallback_neg = (n - n // 2) if choice == "balanced" else take - target_pos
+    kept_pos = np.minimum(pos, n // 2)
+    fallback_neg = (n - n // 2) if choice == "balanced" else take
     kept_neg = np.minimum(neg, np.where(finished, n - kept_pos, fallback_neg))
-    short = take - kept_pos - kept_neg
+    short = np.maximum(take - kept_pos - kept_neg, 0)
     more_pos = np.where(pos > kept_pos, np.minimum(pos - kept_pos, short), 0)
     more_neg = np.where((pos <= kept_pos) & (neg > kept_neg), np.minimum(neg - kept_neg, short), 0)
     return kept_pos + more_pos, kept_neg + more_neg
