@@ -313,3 +313,53 @@ def test_a_preemption_warning_checkpoints_the_step_just_written_and_stops(tmp_pa
     assert ctx.finished  # stopped, not done
     with pytest.raises(LzeBenchError, match="stopped after 1 of 6 steps"):
         finish_run(run, ctx.cfg.trainer)
+
+
+def counted_rollout(pass_rate, calls):
+    """rollout(ids, counts) -> Groups of counts[i] responses; the first round(counts[i] * p_i) are correct."""
+
+    def rollout(ids, counts=None):
+        counts = np.full(len(ids), N_SAMPLES) if counts is None else counts
+        calls.append((list(map(int, ids)), list(map(int, counts))))
+        groups = []
+        for i, k in zip(map(int, ids), map(int, counts)):
+            rewards = (np.arange(k) < int(round(k * pass_rate(i)))).astype(np.float32)
+            response = 10 + np.arange(k)
+            groups.append(Group(i, rewards, response, response + 5, payload=[f"s{i}.{j}" for j in range(k)]))
+        return groups
+
+    return rollout
+
+
+def test_held_groups_are_checkpointed_and_a_resume_goes_on_as_the_unbroken_run(tmp_path):
+    """SPEED carries screened prompts over to the next step: the checkpoint keeps them (with their samples), and
+    a resumed run generates and trains exactly what the unbroken run did."""
+    spec = yaml.safe_load(RECIPE.read_text())
+    cfg = compose("train", [*spec["overrides"], "selector=speed", "selector.n_init=2", "selector.n_continue=4",
+                            "seed=0", f"run_dir={tmp_path / 'run'}", "trainer.steps=8", "trainer.batch_size=4"])
+    flops, rate = FlopModel(matmul_params=100, n_layer=2, d_attn=8), lambda i: (i % 5) / 4
+    ctx, calls, positions = RunContext(cfg, num_prompts=40, flops=flops), [], {}
+    for done in range(1, 7):
+        ctx.driver.run_step(counted_rollout(rate, calls))
+        ctx.save_selector_state(done)
+        positions[done] = (ctx.client_state(), len(calls), [h.prompt_id for h in ctx.driver.pending])
+    held = [done for done, (position, _, pending) in positions.items() if pending and done < 6]
+    assert held, "SPEED held no group over a step boundary in this run"
+    done = held[0]
+    position, seen, pending = positions[done]
+    assert position["pending"] == len(pending)
+    resumed = RunContext(cfg, num_prompts=40, flops=flops)
+    resumed.restore({"global_step": done, "lze": position})
+    assert [h.prompt_id for h in resumed.driver.pending] == pending
+    assert all(h.group.payload for h in resumed.driver.pending)  # the samples to train came back too
+    again, rows = [], []
+    for _ in range(done, 6):
+        rows += rollout_rows(resumed.driver.run_step(counted_rollout(rate, again)))
+    assert again == calls[seen:]
+    # the carried-over groups' rows say how stale their rollouts were
+    assert {row["prompt_id"] for row in rows if min(row["rollout_steps"]) < row["step"]} >= set(pending)
+    assert resumed.driver.position() == ctx.driver.position()
+    # a checkpoint whose held groups are gone is refused in one line, not resumed without them
+    (tmp_path / "run" / "pending" / f"step_{done:06d}.pt").unlink()
+    with pytest.raises(LzeBenchError, match="missing held groups"):
+        RunContext(cfg, num_prompts=40, flops=flops).restore({"global_step": done, "lze": position})
