@@ -363,3 +363,24 @@ def test_held_groups_are_checkpointed_and_a_resume_goes_on_as_the_unbroken_run(t
     (tmp_path / "run" / "pending" / f"step_{done:06d}.pt").unlink()
     with pytest.raises(LzeBenchError, match="missing held groups"):
         RunContext(cfg, num_prompts=40, flops=flops).restore({"global_step": done, "lze": position})
+
+
+def test_ledger_books_generation_for_every_rollout_and_the_update_for_the_chosen_ones():
+    """PODS-like: 4 rollouts generated per prompt, 2 chosen (log-prob pass), 1 of them left by the trim (trained);
+    plus a held group's 2 rollouts generated this step but decided later (booked now, trained never here)."""
+    flops = FlopModel(matmul_params=100, n_layer=2, d_attn=8)  # F(L) = 200 L + 32 L (L + 1)
+    kept = Group(3, np.array([1, 0, 0, 1], np.float32), np.array([2, 4, 1, 3]), np.array([7, 9, 6, 8]), gen_step=2)
+    dropped = Group(5, np.array([0, 0, 0, 0], np.float32), np.array([1, 1, 1, 1]), np.array([6, 6, 6, 6]), gen_step=2)
+    held = Group(6, np.array([1, 1], np.float32), np.array([1, 1]), np.array([6, 6]), gen_step=2)
+    choices = [np.array([True, False, False, True]), np.zeros(4, bool)]
+    record = StepRecord(step=2, rolled=[kept, dropped], kept_flags=[True, False], choices=choices,
+                        stats_masks=[choices[0], None], adv_eps=[1e-4, None], generated=[kept, dropped, held],
+                        train_masks=[np.array([True, False, False, False])])
+    row = ledger_row(record, STATUS, flops, ppo_epochs=1, reference_pass=False)
+    assert row["samples"] == 10 and row["generated_tokens"] == 10 + 4 + 2
+    assert row["flops_logprob"] == flops.logprob(np.array([7, 8]))  # the chosen two, not all four
+    assert row["flops_train"] == flops.train(np.array([7])) and row["trained_tokens"] == 7
+    assert (row["groups_kept"], row["responses_kept"], row["responses_trained"]) == (1, 2, 1)
+    # the advantage statistics are the kept subset's (rewards 1 and 1): zero advantage, though the group's
+    # four rewards are not all equal
+    assert row["kept_zero_variance"] == 1

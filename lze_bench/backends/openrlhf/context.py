@@ -183,8 +183,10 @@ class RunContext:
 
         experiences = [e for g in groups for e in g.payload]
         values = self.features.response_entropy(*response_spans(experiences))
-        for g, row in enumerate(np.asarray(values, dtype=np.float32).reshape(len(groups), -1)):
-            groups[g].response_entropy = row
+        values = np.asarray(values, dtype=np.float32).reshape(-1)
+        bounds = np.cumsum([0] + [len(g.payload) for g in groups])  # groups may differ in size (ragged)
+        for g, group in enumerate(groups):
+            group.response_entropy = values[bounds[g]:bounds[g + 1]]
 
     def plan_update(self, record) -> bool:
         """Decide which responses of the step's update groups train (trim.py); True if any does."""

@@ -154,6 +154,8 @@ class StepRecord:
         return [(g, c) for g, k, c in zip(self.rolled, self.kept_flags, self.rollout_choices()) if k and c.any()]
 
     def rollout_choices(self) -> list:
+        """bool[k] per rolled group: the rollouts that reach the update (`choices`; a hand-made record without
+        them: every rollout of a kept group)."""
         if len(self.choices) == len(self.rolled):
             return self.choices
         return [np.full(g.size, bool(k)) for g, k in zip(self.rolled, self.kept_flags)]
@@ -179,6 +181,10 @@ class StepRecord:
         eps = self.adv_eps if len(self.adv_eps) == len(self.rolled) else [None] * len(self.rolled)
         pairs = [(s, e) for k, c, s, e in zip(self.kept_flags, self.rollout_choices(), stats, eps) if k and c.any()]
         return pairs + [(None, None)] * len(self.replayed)
+
+    def update_samples(self) -> list:
+        """The samples handed to OpenRLHF's experience maker: each train group's chosen rollouts, in order."""
+        return [g.payload[j] for g, c in zip(self.train_groups, self.train_choices) for j in np.flatnonzero(c)]
 
     @property
     def per_rollout(self) -> bool:
