@@ -241,8 +241,10 @@ def test_per_rollout_advantages_on_whole_groups_are_openrlhfs_own():
 
     rewards = [np.array([1, 0, 0, 1], np.float32), np.array([0, 1, 1, 1], np.float32)]
     groups = [Group(p, r, np.full(4, 3), np.full(4, 5), gen_step=0) for p, r in zip((1, 2), rewards)]
-    record = StepRecord(step=0, rolled=groups, kept_flags=[True, True])
-    assert not record.per_rollout  # whole groups go through OpenRLHF's own function
+    record = StepRecord(step=0, rolled=groups, kept_flags=[True, True], group_size=4)
+    assert not record.per_rollout  # whole groups of n go through OpenRLHF's own function
+    # whole groups of another size (SPEED trains n_init + n_continue) cannot be OpenRLHF's groups of n
+    assert StepRecord(step=0, rolled=groups, kept_flags=[True, True], group_size=2).per_rollout
     theirs = maker_for().compute_advantages_and_returns(experiences_of(np.concatenate(rewards)))
     maker = maker_for()
     ours = per_rollout_advantages(experiences_of(np.concatenate(rewards)), record,

@@ -127,6 +127,7 @@ class StepRecord:
     # [Group] as each backend call returned them (their generation is booked at this step); None = `rolled`
     generated: list | None = None
     pending: int = 0  # groups held for the next step when this one ended
+    group_size: int = 0  # trainer.n_samples: OpenRLHF's group of consecutive samples (0 = not known: any)
     extends_groups: bool = False  # the selector holds and extends groups: the rollout log records rollout steps
     rounds: list = field(default_factory=list)  # int per rolled group: the generation round it came from
     probes: list = field(default_factory=list)  # [Group] measurement-only rollouts
@@ -188,10 +189,12 @@ class StepRecord:
 
     @property
     def per_rollout(self) -> bool:
-        """Whether the update differs from whole groups of n: a subset trains, stats or eps are the selector's,
-        or groups are ragged (OpenRLHF's own group advantages cannot be used then; update.py)."""
+        """Whether the update differs from whole groups of n = trainer.n_samples: a subset trains, stats or eps
+        are the selector's, or groups are ragged or of another size (SPEED trains n_init + n_continue), so
+        OpenRLHF's own group advantages (groups of n consecutive samples) cannot be used (update.py)."""
         n = {g.size for g in self.train_groups}
-        return (len(n) > 1 or not all(c.all() for c in self.train_choices)
+        other_size = bool(self.group_size) and bool(n - {int(self.group_size)})
+        return (len(n) > 1 or other_size or not all(c.all() for c in self.train_choices)
                 or any(s is not None or e is not None for s, e in self.train_advantage))
 
 
@@ -260,7 +263,7 @@ class StepDriver:
                             prompts_dropped=selection.dropped, gen_rounds=selection.gen_rounds, partial=selection.partial,
                             probes=list(selection.probe_groups), time_rollout_s=selection.time_rollout_s,
                             time_select_s=selection.time_select_s, metrics=dict(self.selector.step_metrics()),
-                            generated=generated, pending=len(self.pending),
+                            generated=generated, pending=len(self.pending), group_size=self.group_size,
                             extends_groups=bool(self.selector.extends_groups))
         for round_ in selection.rounds:
             decision, batch = round_.decision, round_.batch
