@@ -100,10 +100,10 @@ class RecordedRunner(local_step.StepRunner):
                   for pid, o in zip(ids, outcomes)]
         width = int(counts.max())
         valid = np.arange(width)[None, :] < counts[:, None]
-        rows = lambda j, dtype: np.stack([np.pad(o[j], (0, width - len(o[j]))) for o in outcomes]).astype(dtype)  # noqa: E731
-        batch = RolloutBatch(prompt_ids=ids, rewards=rows(0, np.float32), step=step,
-                             response_tokens=rows(1, np.int32), prompt_tokens=np.full(len(ids), 2, np.int32),
-                             response_entropy=rows(2, np.float32), valid=None if valid.all() else valid)
+        padded = [np.stack([np.pad(o[j], (0, width - len(o[j]))) for o in outcomes]) for j in range(3)]
+        batch = RolloutBatch(prompt_ids=ids, rewards=padded[0].astype(np.float32), step=step,
+                             response_tokens=padded[1].astype(np.int32), prompt_tokens=np.full(len(ids), 2, np.int32),
+                             response_entropy=padded[2].astype(np.float32), valid=None if valid.all() else valid)
         return groups, batch
 
 

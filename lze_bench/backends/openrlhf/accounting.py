@@ -129,8 +129,8 @@ def rollout_rows(record) -> list[dict]:
 
     A prompt can be rolled out twice in one step (rounds crossing an epoch
     boundary); `round` keeps both rows, so the rows always match the ledger's
-    `prompts_rolled_out`. `kept_rollouts` flags the rollouts that reached the update (as the local backend's log); a selector
-    that extends groups also gets `rollout_steps`, the step each rollout was generated at (methods.md §4.3).
+    `prompts_rolled_out`. `kept_rollouts` flags the rollouts that reached the update (as the local
+    backend's log); a selector that extends groups also gets `rollout_steps`, the step each rollout was generated at (methods.md §4.3).
     """
     rounds = list(record.rounds) or [0] * len(record.rolled)
     rows = []

@@ -98,7 +98,8 @@ def merge_groups(old: Group, new: Group) -> Group:
     logprobs = (None if old.behaviour_logprobs is None or new.behaviour_logprobs is None
                 else list(old.behaviour_logprobs) + list(new.behaviour_logprobs))
     return dataclasses.replace(
-        old, rewards=_joined(old.rewards, new.rewards), response_tokens=_joined(old.response_tokens, new.response_tokens),
+        old, rewards=_joined(old.rewards, new.rewards),
+        response_tokens=_joined(old.response_tokens, new.response_tokens),
         seq_lengths=_joined(old.seq_lengths, new.seq_lengths), payload=payload,
         grade_time_s=old.grade_time_s + new.grade_time_s, response_entropy=_joined(old.response_entropy,
                                                                                    new.response_entropy),
