@@ -327,6 +327,22 @@ def test_per_prompt_counts_reach_vllm_and_only_chosen_rollouts_are_handed_over(r
     assert ids == Counter({g.prompt_id: int(c.sum()) for g, c in zip(record.train_groups, record.train_choices)})
 
 
+def test_a_step_of_larger_groups_is_handed_over_whole(ray_local, tmp_path, monkeypatch):
+    """SPEED trains groups of n_init + n_continue = 6 > n = 4: OpenRLHF serves at most batch x n samples per call
+    and would keep the rest for the next step; the step's update gets all of its samples. (Screening with 3:
+    an odd prompt's first 3 fake responses are 2 right, 1 wrong, so it passes SPEED's screen.)"""
+    generator, context = build_generator(ray_local, tmp_path, monkeypatch, "speed",
+                                         extra=("selector.n_init=3", "selector.n_continue=3"))
+    handed = 0
+    for _ in range(STEPS):
+        samples, _, _, exhausted = generator.generate_samples(**GENERATE_KWARGS)
+        record = generator.take_record()
+        assert len(samples) == len(record.update_samples()) and not exhausted
+        assert {g.size for g in record.train_groups} <= {6} and record.per_rollout
+        handed = max(handed, len(samples))
+    assert handed > B * N  # more than OpenRLHF's chunk of one step
+
+
 # -- the controller's feature calls on the policy ranks (dispatch.py) --
 
 def _group(ray, handles):

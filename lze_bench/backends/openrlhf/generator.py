@@ -120,6 +120,16 @@ class LzeSamplesGenerator(SamplesGenerator):
         self.records: list = []  # StepRecords of finished steps, taken by the trainer's ledger hook
         self._round = 0  # generation rounds of the current step so far (a rollout seed's `round`)
 
+    def generate_samples(self, **generate_kwargs):
+        """OpenRLHF's, with the whole step in one update: it serves at most `rollout.batch_size x n` samples
+        and keeps the rest in its buffer for the next call, but a selector that trains groups of another size
+        (SPEED: n_init + n_continue per prompt) hands over more; the rest belongs to this step's update."""
+        samples, pass_rate, consumed, exhausted = super().generate_samples(**generate_kwargs)
+        if getattr(self, "_sample_buffer", None):
+            samples, self._sample_buffer = list(samples) + list(self._sample_buffer), []
+            exhausted = self._dataloader_iter is None
+        return samples, pass_rate, consumed, exhausted
+
     def _generate_vllm(self, dataloader_iter, num_prompts: int, dynamic_filtering, **generate_kwargs):
         if dataloader_iter is not getattr(self, "_dataloader_iter", None):  # evaluation: OpenRLHF's own path
             return super()._generate_vllm(dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
