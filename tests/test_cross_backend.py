@@ -1,6 +1,8 @@
 """`selector=NAME` decides the same on a laptop and on a cluster: the local backend's step and the OpenRLHF
 selection driver, fed the same recorded rewards and features, make the same rollout, keep and replay
-decisions step by step (issue: every selector on OpenRLHF, "Equivalence across backends").
+decisions step by step (issue: every selector on OpenRLHF, "Equivalence across backends"), rollout by
+rollout: how many rollouts each prompt got (ragged groups), which of them train (keep masks), and which
+groups wait for the next step (held groups).
 
 Each backend runs through its own wiring: the local `StepRunner.run` with only the model-bound parts
 replaced (generation returns the recorded rewards; the GRPO update records what it was given), and
@@ -10,6 +12,7 @@ differ by design (OpenRLHF trims to whole micro-batches, trim.py); the decisions
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -19,19 +22,24 @@ from omegaconf import OmegaConf
 import lze_bench.backends.local.step as local_step
 import lze_bench.selectors  # noqa: F401  (registers them)
 from lze_bench.backends.local.grpo import Group as LocalGroup
-from lze_bench.backends.openrlhf.accounting import rollout_rows
+from lze_bench.backends.openrlhf.accounting import ledger_row, rollout_rows
 from lze_bench.backends.openrlhf.selection import Group as OpenGroup
 from lze_bench.backends.openrlhf.selection import StepDriver
+from lze_bench.backends.openrlhf.trim import trained_masks
 from lze_bench.data_order import DataOrder
+from lze_bench.flops import FlopModel
 from lze_bench.registry import SELECTORS
 from lze_bench.rollout_store import RolloutStore
 from lze_bench.selectors import RolloutBatch, build_selector
 
 N_PROMPTS, BATCH, N, STEPS, SEED = 60, 4, 4, 6, 3
-CONFIGS = {"astral": {"ref_size": 8, "buffer_size": 12}, "greso": {"chunk": 2}}  # chunk scaled to S = 6
-# selectors that extend groups (speed, reinforce_ada) are refused by backend=openrlhf so far (command.py
-# runnable_selectors); tests/test_selectors_ragged.py checks their decisions on the local wiring
-CASES = sorted(name for name, cls in SELECTORS.items() if not cls.extends_groups) + ["lze-align"]
+# the ledger columns both backends book from the decisions alone (rollouts generated and kept per prompt)
+FLOPS = FlopModel(matmul_params=10, n_layer=1, d_attn=2)
+LEDGER_KEYS = ("samples", "groups_kept", "responses_kept", "prompts_rolled_out", "kept_zero_variance")
+# chunk scaled to S = 6; speed's continuation scaled to n = 4 so that its groups train within a few rounds
+CONFIGS = {"astral": {"ref_size": 8, "buffer_size": 12}, "greso": {"chunk": 2},
+           "speed": {"n_init": 2, "n_continue": 4}}
+CASES = sorted(SELECTORS) + ["lze-align"]
 
 
 class Recorded:
@@ -41,13 +49,13 @@ class Recorded:
     def __init__(self):
         self.seen: dict = {}
 
-    def outcome(self, pid: int, step: int):
+    def outcome(self, pid: int, step: int, count: int = N):
         k = self.seen.get((pid, step), 0)
         self.seen[(pid, step)] = k + 1
         rng = np.random.default_rng([pid, step, k, 77])
         rate = ((pid * 7) % 11) / 10 * (1 + 0.05 * step)  # some always/never solved, drifting with the step
-        rewards = (rng.random(N) < min(rate, 1.0)).astype(np.float32)
-        return rewards, rng.integers(1, 9, N), rng.random(N).astype(np.float32)
+        rewards = (rng.random(count) < min(rate, 1.0)).astype(np.float32)
+        return rewards, rng.integers(1, 9, count), rng.random(count).astype(np.float32)
 
 
 class Features:
@@ -84,21 +92,42 @@ class RecordedRunner(local_step.StepRunner):
 
     recorded: Recorded
 
-    def rollout(self, ids, step, kind, round_index, counters):
-        outcomes = [self.recorded.outcome(int(pid), step) for pid in ids]
-        groups = [LocalGroup(int(pid), step, [1, 2], [[3]] * N, [[0.0]] * N, o[0]) for pid, o in zip(ids, outcomes)]
-        batch = RolloutBatch(prompt_ids=ids, rewards=np.stack([o[0] for o in outcomes]), step=step,
-                             response_tokens=np.stack([o[1] for o in outcomes]).astype(np.int32),
-                             prompt_tokens=np.full(len(ids), 2, np.int32),
-                             response_entropy=np.stack([o[2] for o in outcomes]))
+    def rollout(self, ids, step, kind, round_index, counters, counts=None):
+        counts = np.full(len(ids), N) if counts is None else np.asarray(counts)
+        counters.samples += int(counts.sum())  # as the real rollout books them: every rollout when generated
+        outcomes = [self.recorded.outcome(int(pid), step, int(c)) for pid, c in zip(ids, counts)]
+        groups = [LocalGroup(int(pid), step, [1, 2], [[3]] * len(o[0]), [[0.0]] * len(o[0]), o[0])
+                  for pid, o in zip(ids, outcomes)]
+        width = int(counts.max())
+        valid = np.arange(width)[None, :] < counts[:, None]
+        padded = [np.stack([np.pad(o[j], (0, width - len(o[j]))) for o in outcomes]) for j in range(3)]
+        batch = RolloutBatch(prompt_ids=ids, rewards=padded[0].astype(np.float32), step=step,
+                             response_tokens=padded[1].astype(np.int32), prompt_tokens=np.full(len(ids), 2, np.int32),
+                             response_entropy=padded[2].astype(np.float32), valid=None if valid.all() else valid)
         return groups, batch
+
+
+def advantage(stats, eps) -> tuple:
+    """Where a group's advantage statistics come from: its stats rollouts (None = all generated) and epsilon
+    (None = the trainer's own, the local Group's default)."""
+    return (None if stats is None else tuple(bool(x) for x in stats),
+            LOCAL_EPS if eps is None else float(eps))
+
+
+LOCAL_EPS = {f.name: f.default for f in dataclasses.fields(LocalGroup)}["adv_eps"]
+
+
+def trains(mask, size: int) -> tuple:
+    """The rollouts of a group that train, as a tuple of flags (None = all of them)."""
+    return tuple(bool(x) for x in (np.ones(size, bool) if mask is None else mask))
 
 
 def local_steps(case: str, monkeypatch) -> list:
     trained = []
 
     def update(model, optimizer, groups, *args, **kwargs):
-        trained.append([(g.prompt_id, g.gen_step, g.replayed) for g in groups])
+        trained.append([(g.prompt_id, g.gen_step, g.replayed, advantage(g.stats_mask, g.adv_eps),
+                         trains(g.train_mask, len(g.rewards))) for g in groups])
         return SimpleNamespace(trained_tokens=0, flops_logprob=0, flops_train=0, loss=0.0, kl=0.0, clip_frac=0.0,
                                grad_norm=0.0, lengths=[])
 
@@ -116,11 +145,13 @@ def local_steps(case: str, monkeypatch) -> list:
     steps = []
     for step in range(STEPS):
         row, rows = runner.run(step)
-        steps.append({"rolled": [(r["prompt_id"], r["round"], r["kept"]) for r in rows], "epoch": row["epoch"],
+        steps.append({"rolled": [(r["prompt_id"], r["round"], r["kept"], tuple(r["kept_rollouts"]),
+                                   tuple(r.get("rollout_steps", ()))) for r in rows], "epoch": row["epoch"],
                       "considered": row["prompts_considered"], "gen_rounds": row["gen_rounds"],
                       "dropped": row["prompts_dropped"],
                       "partial": row["partial"], "probed": row["prompts_probed"], "update": trained[-1],
-                      "state": selector.state_dict()})
+                      "pending": [(h.prompt_id, len(h.group.rewards), h.extend) for h in runner.pending],
+                      "ledger": {k: row[k] for k in LEDGER_KEYS}, "state": selector.state_dict()})
     return steps
 
 
@@ -130,19 +161,29 @@ def openrlhf_steps(case: str) -> list:
                         max_rounds=4, group_size=N, features=Features(), store=store_for(selector))
     recorded, steps = Recorded(), []
 
-    def rollout(ids):
-        outcomes = [recorded.outcome(int(pid), driver.step) for pid in ids]
+    def rollout(ids, counts=None):
+        counts = np.full(len(ids), N) if counts is None else counts
+        outcomes = [recorded.outcome(int(pid), driver.step, int(c)) for pid, c in zip(ids, counts)]
         return [OpenGroup(int(pid), o[0], o[1], o[1] + 2, response_entropy=o[2]) for pid, o in zip(ids, outcomes)]
 
     for _ in range(STEPS):
         record = driver.run_step(rollout)
-        steps.append({"rolled": [(r["prompt_id"], r["round"], r["kept"]) for r in rollout_rows(record)],
+        # the rollouts that train, with LZE's mini-batch alignment but without the trim to whole micro-batches
+        # (unit 1), which only OpenRLHF needs
+        masks = trained_masks(selector, choices=record.train_choices, kept_groups=record.train_kept, n=N,
+                              rolled_out=record.prompts_rolled_out, unit=1, seed=SEED, step=record.step)
+        groups = record.train_groups
+        replayed = [g >= record.train_kept for g in range(len(groups))]
+        row = ledger_row(record, {}, FLOPS, ppo_epochs=1, reference_pass=False)
+        steps.append({"rolled": [(r["prompt_id"], r["round"], r["kept"], tuple(r["kept_rollouts"]),
+                                  tuple(r.get("rollout_steps", ()))) for r in rollout_rows(record)],
                       "epoch": record.epoch, "considered": record.prompts_considered, "gen_rounds": record.gen_rounds,
                       "dropped": record.prompts_dropped,
                       "partial": record.partial, "probed": record.prompts_probed,
-                      "update": [(g.prompt_id, g.gen_step, False) for g in record.kept]
-                      + [(g.prompt_id, g.gen_step, True) for g in record.replayed],
-                      "state": selector.state_dict()})
+                      "update": [(g.prompt_id, g.gen_step, r, advantage(*a), trains(m, g.size))
+                                 for g, r, a, m in zip(groups, replayed, record.train_advantage, masks) if m.any()],
+                      "pending": [(h.prompt_id, len(h.group.rewards), h.extend) for h in driver.pending],
+                      "ledger": {k: row[k] for k in LEDGER_KEYS}, "state": selector.state_dict()})
     return steps
 
 
@@ -151,15 +192,26 @@ def test_both_backends_make_the_same_decisions_step_by_step(case, monkeypatch):
     local, cluster = local_steps(case, monkeypatch), openrlhf_steps(case)
     assert any(step["rolled"] for step in local)
     for step, (a, b) in enumerate(zip(local, cluster)):
-        for key in ("rolled", "epoch", "considered", "gen_rounds", "dropped", "partial", "probed", "update"):
+        for key in ("rolled", "epoch", "considered", "gen_rounds", "dropped", "partial", "probed", "update",
+                    "pending", "ledger"):
             assert a[key] == b[key], f"{case} step {step}: {key} differs"
         assert a["state"].keys() == b["state"].keys()
         for key in a["state"]:
             np.testing.assert_equal(a["state"][key], b["state"][key], err_msg=f"{case} step {step}: state {key}")
     if case == "astral":
-        assert any(replayed for step in cluster for _, _, replayed in step["update"])  # replay decisions compared
-    if case in ("dapo", "greso", "hive"):
+        assert any(replayed for step in cluster for _, _, replayed, _, _ in step["update"])  # replay decisions compared
+    if case in ("dapo", "greso", "hive", "speed", "reinforce_ada"):
         assert any(step["gen_rounds"] > 1 for step in cluster)  # several rounds compared
+    if SELECTORS[case.partition("-")[0]].keeps_rollouts:  # subsets of groups trained: the masks were compared
+        assert any(not all(flags) for step in cluster for *_, flags in step["update"])
+    if case == "pods":  # statistics over the kept subset, with PODS' epsilon, were compared
+        assert any(stats is not None for step in cluster for *_, (stats, _), _ in step["update"])
+    if case == "speed":  # groups carried over to the next step were compared, with their older rollouts' steps
+        assert any(step["pending"] for step in cluster)
+        assert any(min(steps) < t for t, step in enumerate(cluster) for *_, steps in step["rolled"] if steps)
+    if SELECTORS[case.partition("-")[0]].extends_groups:  # ragged groups and their rollouts' steps were compared
+        assert len({len(flags) for step in cluster for *_, flags, _ in step["rolled"]}) > 1
+        assert all(len(steps) == len(flags) for step in cluster for *_, flags, steps in step["rolled"])
 
 
 def test_the_comparison_sees_a_different_decision(monkeypatch):

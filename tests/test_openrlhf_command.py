@@ -51,8 +51,20 @@ def test_recipe_grid_is_baseline_plus_selectors_the_backend_runs():
     assert spec["grid"]["selector"][0] == "uniform"
     from lze_bench.backends.openrlhf.command import runnable_selectors
 
-    assert sorted(spec["grid"]["selector"]) == runnable_selectors()
+    assert sorted(spec["grid"]["selector"]) == recipe_selectors()
+    assert set(recipe_selectors()) <= set(runnable_selectors())
     assert spec["grid"]["seed"] == [0, 1, 2]
+
+
+# the per-rollout selectors (issue 29) run on backend=openrlhf but are not in the 1.5B recipe's grid yet: their
+# settings at that scale (n, continuations, rounds) belong to the recipe (sweeps/qwen25_math_1p5b.yaml)
+NOT_IN_RECIPE = {"pods", "reinforce_ada", "speed"}
+
+
+def recipe_selectors() -> list:
+    from lze_bench.backends.openrlhf.command import runnable_selectors
+
+    return [s for s in runnable_selectors() if s not in NOT_IN_RECIPE]
 
 
 def test_recipe_flags_field_by_field(recipe_cfg, tmp_path):
@@ -203,26 +215,12 @@ def every_selector():
 
 @pytest.mark.parametrize("selector", every_selector())
 def test_dry_run_works_for_every_registered_selector(tmp_path, selector):
-    from lze_bench.backends.openrlhf.command import runnable_selectors
-
-    if selector not in runnable_selectors():
-        pytest.skip(f"{selector} is refused by backend=openrlhf (test_selectors_keeping_rollouts_are_refused_in_one_line)")
     run = tmp_path / "run"
     result = CliRunner().invoke(app, ["train", *recipe_overrides(extra=["launcher=local", f"run_dir={run}",
                                                                         f"selector={selector}"]), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "lze_bench.backends.openrlhf.entry" in result.output and not run.exists()
     assert "whole units of 64 responses" in result.output  # 8 per micro-batch x 8 GPUs
-
-
-def test_selectors_keeping_rollouts_are_refused_in_one_line(tmp_path):
-    run = tmp_path / "run"
-    result = CliRunner().invoke(app, ["train", *recipe_overrides(extra=["launcher=local", f"run_dir={run}",
-                                                                        "selector=pods"]), "--dry-run"])
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and "selector=pods" in lines[0] and "backend=openrlhf" in lines[0], lines
-    assert "not support it yet" in lines[0] and not run.exists()
 
 
 def test_dry_run_cli_prints_exact_command(tmp_path):
@@ -303,9 +301,7 @@ def test_dry_run_needs_no_openrlhf_ray_or_torch(tmp_path):
 def test_sweep_dry_run_lists_the_recipe_its_budget_checkpoints_and_eval_step():
     result = CliRunner(env={"COLUMNS": "400"}).invoke(app, ["sweep", "sweep=qwen25_math_1p5b", "--dry-run"])
     assert result.exit_code == 0, result.output
-    from lze_bench.backends.openrlhf.command import runnable_selectors
-
-    assert f"{3 * len(runnable_selectors())} jobs" in result.output  # every runnable selector x 3 seeds
+    assert f"{3 * len(recipe_selectors())} jobs" in result.output  # every recipe selector x 3 seeds
     assert ("every job: the run stops at the first step whose cum_flops reaches trainer.flop_budget=3e+18 "
             "(trainer.steps=400 is a cap); HF checkpoints at every multiple of 3e+17 FLOPs, after the last step"
             in result.output)

@@ -204,7 +204,11 @@ def every_loop() -> list:
     skip = pytest.mark.skipif(os.environ.get(EVERY_SELECTOR) != "1",
                               reason=f"~100 s each; run with {EVERY_SELECTOR}=1")
     done = {selector for selector, _ in LOOP}
-    return [*LOOP, *(pytest.param(s, 2, marks=skip) for s in runnable_selectors() if s not in done)]
+    from lze_bench.registry import SELECTORS
+
+    # the selectors that decide per rollout have their own loop checks (test_openrlhf_e2e.py)
+    per_rollout = {s for s in runnable_selectors() if SELECTORS[s].keeps_rollouts or SELECTORS[s].extends_groups}
+    return [*LOOP, *(pytest.param(s, 2, marks=skip) for s in runnable_selectors() if s not in done | per_rollout)]
 COMPARED = ["step", "prompts_rolled_out", "groups_kept", "gen_rounds", "samples", "generated_tokens",
             "trained_tokens", "responses_trained", "flops_total", "cum_flops", "partial"]
 

@@ -51,13 +51,22 @@ pytestmark = harness.slow_openrlhf_marks()
 ENGINE = harness.engine_under_test()
 
 
+# selectors that decide per rollout (issue 29), at this test's scale: PODS keeps 2 of 4, Reinforce-Ada rolls out
+# rounds of 4 (two at most), SPEED screens with 2 and continues with 4 more (groups of 6, not n = 4)
+PER_ROLLOUT = {"pods": ("selector.down_sample_ratio=2",),
+               "reinforce_ada": ("selector.round_repeat=4", "selector.max_rounds=2"),
+               "speed": ("selector.n_init=2", "selector.n_continue=4")}
+
+
 def backend_selectors() -> list[str]:
     """Every selector the backend runs, except uniform where vLLM's CPU build is installed: its fit loop (these
     checks, and a crash and resume) then runs with OpenRLHF's real engines in tests/test_openrlhf_vllm.py, and an
-    engine start (~30 s per run) is too dear to run it both ways."""
+    engine start (~30 s per run) is too dear to run it both ways; and except the selectors that decide per
+    rollout, whose counts are not n per prompt (test_per_rollout_selector_fit_loop_on_cpu checks them)."""
     from lze_bench.backends.openrlhf.command import runnable_selectors
 
-    return [s for s in runnable_selectors() if not (s == "uniform" and harness.vllm_cpu_error() is None)]
+    return [s for s in runnable_selectors() if not (s == "uniform" and harness.vllm_cpu_error() is None)
+            and s not in PER_ROLLOUT]
 
 
 # n = 3 with micro-batches of 2: a shrunk update of one group (3 responses) is trimmed to 2 (trim.py)
@@ -375,3 +384,55 @@ def test_astral_trained_head_is_built_by_the_head_step_and_served_as_a_checkpoin
     assert record["flops"] == json.loads((tmp_path / "local" / "offline_flops.json").read_text())["flops"]
     assert record["flops"]["labeling"] == info["flops"]["labeling"] > 0
     assert record["flops"]["training"] == info["flops"]["training"] > 0
+
+
+@pytest.mark.parametrize("selector", sorted(PER_ROLLOUT))
+def test_per_rollout_selector_fit_loop_on_cpu(world, selector, tmp_path):
+    """The per-rollout selectors through OpenRLHF's real loop: vLLM gets the per-prompt counts, the ledger books
+    every generated rollout, the rollout log says which rollouts trained, and the policy actor trains exactly
+    those (less the trim to whole micro-batches)."""
+    import json
+
+    from lze_bench.ledger import read_ledger, read_rollouts
+
+    n, run = 4, tmp_path / "run"
+    cfg = harness.overrides(world["model"], world["data"], selector, run, steps=STEPS, batch=BATCH, n=n, micro=MICRO,
+                            epochs=EPOCHS, extra=(*PER_ROLLOUT[selector], *harness.engine_overrides(ENGINE)))
+    ok(harness.run_job(cfg, world["cluster"].address, engine=ENGINE))
+    ledger, rollouts = read_ledger(run), read_rollouts(run)
+    assert list(ledger["step"]) == list(range(STEPS)) and (run / "DONE").exists()
+    for row in ledger.itertuples():
+        rows = rollouts[rollouts["step"] == row.step]
+        # a row per group decided this step (SPEED: a group screened at one step may be decided at the next)
+        assert (len(rows) == row.prompts_rolled_out or selector == "speed") and int(rows["kept"].sum()) == row.groups_kept
+        flags = [list(f) for f in rows["kept_rollouts"]]
+        assert [len(f) for f in flags] == [len(r) for r in rows["rewards"]]
+        assert sum(map(sum, flags)) == row.responses_kept >= row.responses_trained
+        assert all(not any(f) for f, kept in zip(flags, rows["kept"]) if not kept)
+        if selector != "speed":  # nothing waits for a later step: what was generated is what was decided
+            assert row.samples == sum(len(r) for r in rows["rewards"])
+        if selector == "pods":
+            assert all(len(f) == n and sum(f) == 2 for f, kept in zip(flags, rows["kept"]) if kept)
+    if selector == "speed":  # a continued group was generated in two parts: its rollout steps are recorded
+        assert ledger["samples"].sum() >= sum(len(r) for r in rollouts["rewards"])
+        assert len(rollouts) <= ledger["prompts_rolled_out"].sum()
+        assert all(len(s) == len(r) for s, r in zip(rollouts["rollout_steps"], rollouts["rewards"]))
+    if selector == "reinforce_ada":  # ragged groups: one round or two
+        assert {len(r) for r in rollouts["rewards"]} <= {4, 8}
+    trained = [json.loads(line) for line in (run / "openrlhf" / "policy_log.jsonl").read_text().splitlines()]
+    updating = ledger[ledger["trained_tokens"] > 0]
+    assert len(trained) == len(updating) > 0
+    for row, update in zip(updating.itertuples(), trained):
+        assert update["samples"] == row.responses_trained and update["samples"] % MICRO == 0
+        assert row.trained_tokens == update["tokens"]
+    if selector == "speed":  # groups held over a step boundary are checkpointed: a crashed run resumes with them
+        assert any(len(set(s)) > 1 for s in rollouts["rollout_steps"]), "no group was carried over a step"
+        crashed = tmp_path / "crashed"
+        cfg = [c.replace(f"run_dir={run}", f"run_dir={crashed}") for c in cfg]
+        done = harness.run_job(cfg, world["cluster"].address, crash_at_update=len(trained) - 1, engine=ENGINE)
+        assert done.returncode != 0 and "injected crash" in done.stdout + done.stderr
+        assert list((crashed / "pending").glob("step_*.pt"))
+        ok(harness.run_job(cfg, world["cluster"].address, engine=ENGINE))
+        pd.testing.assert_frame_equal(read_ledger(crashed)[COMPARED], ledger[COMPARED])
+        columns = ["step", "prompt_id", "kept", "rollout_steps", "kept_rollouts"]
+        assert read_rollouts(crashed)[columns].astype(str).equals(rollouts[columns].astype(str))

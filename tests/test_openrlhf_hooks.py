@@ -186,7 +186,7 @@ def fake_responses(prompt: str, label: str, n: int) -> list[dict]:
     return out
 
 
-def build_generator(ray_local, tmp_path, monkeypatch, selector: str):
+def build_generator(ray_local, tmp_path, monkeypatch, selector: str, extra: tuple = ()):
     import torch
     from openrlhf.datasets import PromptDataset
 
@@ -199,7 +199,7 @@ def build_generator(ray_local, tmp_path, monkeypatch, selector: str):
     cfg = recipe_cfg([f"run_dir={tmp_path}", f"selector={selector}", f"trainer.batch_size={B}",
                       f"trainer.n_samples={N}", f"trainer.steps={STEPS}", "backend.gpus_per_node=1",
                       "backend.train_micro_batch_size=4", "backend.rollout_micro_batch_size=4",
-                      "backend.apply_chat_template=false"])
+                      "backend.apply_chat_template=false", *extra])
     paths = RunPaths(tmp_path)
     args = openrlhf_parse(openrlhf_flags(cfg, paths), monkeypatch)
     rows = [{"id": i, "problem": f"What is {i}+1?", "answer": str(i + 1)} for i in range(24)]
@@ -295,6 +295,52 @@ def test_every_rollout_request_carries_its_own_seed(ray_local, tmp_path, monkeyp
     assert sorted(seed for _, _, seed in first) == sorted(rollout_seed(0, step, i, j, 0) for i in ids for j in range(N))
     assert requests()[0] == first  # the same step of another run: the same seeds
     assert rollout_seed(0, 0, 1, 0, 1) != rollout_seed(0, 0, 1, 0, 0) != rollout_seed(1, 0, 1, 0, 0)
+
+
+def test_per_prompt_counts_reach_vllm_and_only_chosen_rollouts_are_handed_over(ray_local, tmp_path, monkeypatch):
+    """Reinforce-Ada asks for `round_repeat` rollouts per prompt per round: vLLM gets exactly that many seeded
+    requests per prompt and round, and OpenRLHF's experience maker gets only the rollouts the selector keeps."""
+    from collections import Counter
+
+    from lze_bench.backends.openrlhf.generator import rollout_seed
+
+    generator, context = build_generator(ray_local, tmp_path, monkeypatch, "reinforce_ada",
+                                         extra=("selector.round_repeat=6", "selector.max_rounds=2"))
+    samples, _, consumed, _ = generator.generate_samples(**GENERATE_KWARGS)
+    record = generator.take_record()
+    requests = [r for engine in generator.vllm_engines for r in engine.requests]
+    assert all(num_samples == 1 for _, num_samples, _ in requests)
+    asked = Counter(prompt_id for prompt_id, _, _ in requests)
+    generated = Counter()
+    for group in record.generated:
+        generated[group.prompt_id] += group.size
+    assert asked == generated and set(asked.values()) <= {6, 12}  # 6 per round, one or two rounds
+    assert record.gen_rounds == 2 and any(v == 12 for v in asked.values())  # a prompt was extended
+    seeds = [seed for _, _, seed in requests]
+    assert len(set(seeds)) == len(seeds)
+    first = record.generated[0].prompt_id  # round 0 asked for samples 0..5 of it, each with its own seed
+    assert {rollout_seed(0, 0, first, j, 0) for j in range(6)} <= set(seeds)
+    assert rollout_seed(0, 0, first, 6, 0) not in seeds
+    chosen = sum(int(c.sum()) for c in record.train_choices)
+    assert len(samples) == chosen < sum(g.size for g in record.train_groups)  # a balanced subset, not all
+    ids = Counter(json.loads(s.labels[0])["id"] for s in samples)
+    assert ids == Counter({g.prompt_id: int(c.sum()) for g, c in zip(record.train_groups, record.train_choices)})
+
+
+def test_a_step_of_larger_groups_is_handed_over_whole(ray_local, tmp_path, monkeypatch):
+    """SPEED trains groups of n_init + n_continue = 6 > n = 4: OpenRLHF serves at most batch x n samples per call
+    and would keep the rest for the next step; the step's update gets all of its samples. (Screening with 3:
+    an odd prompt's first 3 fake responses are 2 right, 1 wrong, so it passes SPEED's screen.)"""
+    generator, context = build_generator(ray_local, tmp_path, monkeypatch, "speed",
+                                         extra=("selector.n_init=3", "selector.n_continue=3"))
+    handed = 0
+    for _ in range(STEPS):
+        samples, _, _, exhausted = generator.generate_samples(**GENERATE_KWARGS)
+        record = generator.take_record()
+        assert len(samples) == len(record.update_samples()) and not exhausted
+        assert {g.size for g in record.train_groups} <= {6} and record.per_rollout
+        handed = max(handed, len(samples))
+    assert handed > B * N  # more than OpenRLHF's chunk of one step
 
 
 # -- the controller's feature calls on the policy ranks (dispatch.py) --

@@ -313,3 +313,74 @@ def test_a_preemption_warning_checkpoints_the_step_just_written_and_stops(tmp_pa
     assert ctx.finished  # stopped, not done
     with pytest.raises(LzeBenchError, match="stopped after 1 of 6 steps"):
         finish_run(run, ctx.cfg.trainer)
+
+
+def counted_rollout(pass_rate, calls):
+    """rollout(ids, counts) -> Groups of counts[i] responses; the first round(counts[i] * p_i) are correct."""
+
+    def rollout(ids, counts=None):
+        counts = np.full(len(ids), N_SAMPLES) if counts is None else counts
+        calls.append((list(map(int, ids)), list(map(int, counts))))
+        groups = []
+        for i, k in zip(map(int, ids), map(int, counts)):
+            rewards = (np.arange(k) < int(round(k * pass_rate(i)))).astype(np.float32)
+            response = 10 + np.arange(k)
+            groups.append(Group(i, rewards, response, response + 5, payload=[f"s{i}.{j}" for j in range(k)]))
+        return groups
+
+    return rollout
+
+
+def test_held_groups_are_checkpointed_and_a_resume_goes_on_as_the_unbroken_run(tmp_path):
+    """SPEED carries screened prompts over to the next step: the checkpoint keeps them (with their samples), and
+    a resumed run generates and trains exactly what the unbroken run did."""
+    spec = yaml.safe_load(RECIPE.read_text())
+    cfg = compose("train", [*spec["overrides"], "selector=speed", "selector.n_init=2", "selector.n_continue=4",
+                            "seed=0", f"run_dir={tmp_path / 'run'}", "trainer.steps=8", "trainer.batch_size=4"])
+    flops, rate = FlopModel(matmul_params=100, n_layer=2, d_attn=8), lambda i: (i % 5) / 4
+    ctx, calls, positions = RunContext(cfg, num_prompts=40, flops=flops), [], {}
+    for done in range(1, 7):
+        ctx.driver.run_step(counted_rollout(rate, calls))
+        ctx.save_selector_state(done)
+        positions[done] = (ctx.client_state(), len(calls), [h.prompt_id for h in ctx.driver.pending])
+    held = [done for done, (position, _, pending) in positions.items() if pending and done < 6]
+    assert held, "SPEED held no group over a step boundary in this run"
+    done = held[0]
+    position, seen, pending = positions[done]
+    assert position["pending"] == len(pending)
+    resumed = RunContext(cfg, num_prompts=40, flops=flops)
+    resumed.restore({"global_step": done, "lze": position})
+    assert [h.prompt_id for h in resumed.driver.pending] == pending
+    assert all(h.group.payload for h in resumed.driver.pending)  # the samples to train came back too
+    again, rows = [], []
+    for _ in range(done, 6):
+        rows += rollout_rows(resumed.driver.run_step(counted_rollout(rate, again)))
+    assert again == calls[seen:]
+    # the carried-over groups' rows say how stale their rollouts were
+    assert {row["prompt_id"] for row in rows if min(row["rollout_steps"]) < row["step"]} >= set(pending)
+    assert resumed.driver.position() == ctx.driver.position()
+    # a checkpoint whose held groups are gone is refused in one line, not resumed without them
+    (tmp_path / "run" / "pending" / f"step_{done:06d}.pt").unlink()
+    with pytest.raises(LzeBenchError, match="missing held groups"):
+        RunContext(cfg, num_prompts=40, flops=flops).restore({"global_step": done, "lze": position})
+
+
+def test_ledger_books_generation_for_every_rollout_and_the_update_for_the_chosen_ones():
+    """PODS-like: 4 rollouts generated per prompt, 2 chosen (log-prob pass), 1 of them left by the trim (trained);
+    plus a held group's 2 rollouts generated this step but decided later (booked now, trained never here)."""
+    flops = FlopModel(matmul_params=100, n_layer=2, d_attn=8)  # F(L) = 200 L + 32 L (L + 1)
+    kept = Group(3, np.array([1, 0, 0, 1], np.float32), np.array([2, 4, 1, 3]), np.array([7, 9, 6, 8]), gen_step=2)
+    dropped = Group(5, np.array([0, 0, 0, 0], np.float32), np.array([1, 1, 1, 1]), np.array([6, 6, 6, 6]), gen_step=2)
+    held = Group(6, np.array([1, 1], np.float32), np.array([1, 1]), np.array([6, 6]), gen_step=2)
+    choices = [np.array([True, False, False, True]), np.zeros(4, bool)]
+    record = StepRecord(step=2, rolled=[kept, dropped], kept_flags=[True, False], choices=choices,
+                        stats_masks=[choices[0], None], adv_eps=[1e-4, None], generated=[kept, dropped, held],
+                        train_masks=[np.array([True, False, False, False])])
+    row = ledger_row(record, STATUS, flops, ppo_epochs=1, reference_pass=False)
+    assert row["samples"] == 10 and row["generated_tokens"] == 10 + 4 + 2
+    assert row["flops_logprob"] == flops.logprob(np.array([7, 8]))  # the chosen two, not all four
+    assert row["flops_train"] == flops.train(np.array([7])) and row["trained_tokens"] == 7
+    assert (row["groups_kept"], row["responses_kept"], row["responses_trained"]) == (1, 2, 1)
+    # the advantage statistics are the kept subset's (rewards 1 and 1): zero advantage, though the group's
+    # four rewards are not all equal
+    assert row["kept_zero_variance"] == 1

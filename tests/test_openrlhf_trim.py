@@ -125,3 +125,128 @@ def test_replay_recentres_fresh_on_their_own_and_replayed_on_stored_logprobs():
     assert torch.all(batch.rollout_log_probs[4, :4] == -2.0) and torch.all(batch.rollout_log_probs[5, :4] == -3.0)
     assert fresh[0].behaviour_logprobs is not None  # kept for the next replay
     torch.testing.assert_close(fresh[1].behaviour_logprobs[1], batch.action_log_probs[3][:5])
+
+
+def test_a_subset_selector_hands_over_only_its_chosen_rollouts_and_trains_what_the_trim_leaves():
+    """PODS-like: 4 rollouts per group generated, the chosen 2 reach the experience maker (and its log-prob
+    pass); the trim then draws among those."""
+    pytest.importorskip("openrlhf", reason=f"OpenRLHF does not import; {INSTALL_HINT}")
+    from lze_bench.backends.openrlhf.update import shape_update
+
+    groups = [group(1, 4), group(2, 4)]
+    for g in groups:
+        g.payload = [f"{g.prompt_id}.{j}" for j in range(4)]
+    choices = [np.array([True, False, False, True]), np.array([False, True, True, False])]
+    record = StepRecord(step=0, rolled=groups, kept_flags=[True, True], choices=choices,
+                        stats_masks=list(choices), adv_eps=[1e-4, 1e-4])
+    assert record.update_samples() == ["1.0", "1.3", "2.1", "2.2"] and record.per_rollout
+    record.train_masks = [np.array([True, False, False, False]), np.array([False, True, True, False])]
+    chosen = [_experience(g.prompt_id, j, 5) for g, c in zip(groups, choices) for j in np.flatnonzero(c)]
+    from openrlhf.trainer.ppo_utils.experience import make_experience_batch
+
+    batch = make_experience_batch(chosen)
+    batch.index = list(range(4))
+    out = shape_update([batch], record, n=4, dp_ranks=1, replay=False)
+    assert [int(seq[0]) for seq in out[0].sequences] == [10, 21, 22]  # prompt*10 + rollout j: 1.3 trimmed
+
+
+def _maker_class():
+    """OpenRLHF's RemoteExperienceMaker (vllm / flash_attn stubbed while importing where they cannot be installed,
+    as tests/test_openrlhf_replay_loss.py does)."""
+    import importlib
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    stubs = str(Path(__file__).resolve().parent / "stubs")
+    missing = [name for name in ("vllm", "flash_attn") if importlib.util.find_spec(name) is None]
+    if missing:
+        sys.path.insert(0, stubs)
+    try:
+        return importlib.import_module("openrlhf.trainer.ppo_utils.experience_maker").RemoteExperienceMaker
+    finally:
+        if missing:
+            sys.path.remove(stubs)
+            for name in list(sys.modules):
+                if name.split(".")[0] in missing:
+                    del sys.modules[name]
+
+
+def maker_for(estimator="group_norm"):
+    """OpenRLHF's experience maker with only what `compute_advantages_and_returns` reads."""
+    from types import SimpleNamespace as NS
+
+    RemoteExperienceMaker = _maker_class()
+
+    args = NS(rollout=NS(n_samples_per_prompt=4),
+              algo=NS(advantage=NS(estimator=estimator, gamma=1.0, lambd=1.0, no_std_norm=False)),
+              reward=NS(clip_range=(-10.0, 10.0), overlong_buffer_len=None, stop_properly_penalty_coef=None))
+    maker = object.__new__(RemoteExperienceMaker)
+    maker.strategy, maker.args, maker.advantage_estimator = NS(args=args), args, estimator
+    maker.kl_ctl = NS(value=0.0)
+    return maker
+
+
+def experiences_of(rewards: list, micro=3):
+    import torch
+    from openrlhf.trainer.ppo_utils.experience import make_experience_batch
+
+    items = [_experience(0, j, 5) for j in range(len(rewards))]
+    for item, reward in zip(items, rewards):
+        item.rewards = torch.tensor(float(reward))
+    out = []
+    for start in range(0, len(items), micro):
+        batch = make_experience_batch(items[start:start + micro])
+        batch.index = list(range(start, min(start + micro, len(items))))
+        batch.kl = torch.zeros_like(batch.action_log_probs)
+        out.append(batch)
+    return out
+
+
+def advantages_of(experiences) -> np.ndarray:
+    """The advantage each sample trains with (its last response token's), in sample order."""
+    values = {}
+    for e in experiences:
+        for index, row in zip(e.index, e.advantages):
+            values[int(index)] = float(row[-1])
+    return np.array([values[i] for i in range(len(values))])
+
+
+@pytest.mark.parametrize("stats", ["kept", "generated"])
+def test_per_rollout_advantages_are_the_local_backends_over_the_chosen_statistics(stats):
+    """Ragged groups (5 and 3 rollouts), a subset trained, statistics over the kept or every generated rollout:
+    each trained sample's advantage is the local backend's group_advantages of its group."""
+    pytest.importorskip("openrlhf", reason=f"OpenRLHF does not import; {INSTALL_HINT}")
+    from lze_bench.backends.local.grpo import group_advantages as local_advantages
+    from lze_bench.backends.openrlhf.update import per_rollout_advantages
+
+    rewards = [np.array([1, 0, 0, 1, 1], np.float32), np.array([0, 1, 0], np.float32)]
+    groups = [Group(p, r, np.full(r.size, 3), np.full(r.size, 5), gen_step=0) for p, r in zip((1, 2), rewards)]
+    choices = [np.array([True, True, False, True, False]), np.array([True, True, True])]
+    masks = list(choices) if stats == "kept" else [None, None]
+    record = StepRecord(step=0, rolled=groups, kept_flags=[True, True], choices=choices, stats_masks=masks,
+                        adv_eps=[1e-4, 1e-4])
+    maker = maker_for()
+    handed = np.concatenate([r[c] for r, c in zip(rewards, choices)])
+    out = per_rollout_advantages(experiences_of(handed), record, maker.compute_advantages_and_returns, maker.args)
+    expected = np.concatenate([local_advantages(r, True, m, 1e-4)[c] for r, c, m in zip(rewards, choices, masks)])
+    np.testing.assert_allclose(advantages_of(out), expected, rtol=1e-6, atol=1e-7)
+    assert maker.args.rollout.n_samples_per_prompt == 4 and maker.args.algo.advantage.estimator == "group_norm"
+
+
+def test_per_rollout_advantages_on_whole_groups_are_openrlhfs_own():
+    """The same rule on whole groups of n with OpenRLHF's epsilon gives what OpenRLHF's group_norm gives."""
+    pytest.importorskip("openrlhf", reason=f"OpenRLHF does not import; {INSTALL_HINT}")
+    from lze_bench.backends.openrlhf.update import per_rollout_advantages
+
+    rewards = [np.array([1, 0, 0, 1], np.float32), np.array([0, 1, 1, 1], np.float32)]
+    groups = [Group(p, r, np.full(4, 3), np.full(4, 5), gen_step=0) for p, r in zip((1, 2), rewards)]
+    record = StepRecord(step=0, rolled=groups, kept_flags=[True, True], group_size=4)
+    assert not record.per_rollout  # whole groups of n go through OpenRLHF's own function
+    # whole groups of another size (SPEED trains n_init + n_continue) cannot be OpenRLHF's groups of n
+    assert StepRecord(step=0, rolled=groups, kept_flags=[True, True], group_size=2).per_rollout
+    theirs = maker_for().compute_advantages_and_returns(experiences_of(np.concatenate(rewards)))
+    maker = maker_for()
+    ours = per_rollout_advantages(experiences_of(np.concatenate(rewards)), record,
+                                  maker.compute_advantages_and_returns, maker.args)
+    np.testing.assert_allclose(advantages_of(ours), advantages_of(theirs), rtol=1e-5)

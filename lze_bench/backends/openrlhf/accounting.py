@@ -51,20 +51,26 @@ def _concat(groups, attribute: str) -> np.ndarray:
 
 
 def ledger_row(record, status: dict, flops: FlopModel, *, ppo_epochs: int, reference_pass: bool) -> dict:
-    """One ledger row (all LEDGER_COLUMNS but the cumulative ones, which Ledger.append fills)."""
+    """One ledger row (all LEDGER_COLUMNS but the cumulative ones, which Ledger.append fills).
+
+    Generation is booked for every rollout the backend generated this step (`record.generated`: a group held
+    for a later step is booked when its rollouts are generated); the log-prob passes for the rollouts handed to
+    the experience maker (the selector's chosen ones of the update groups); training for those the trim left."""
     from lze_bench.selectors.base import STEP_METRICS
 
-    generated = list(record.rolled) + list(record.probes)
-    kept, groups = record.kept, record.train_groups
-    masks = record.train_masks if record.train_masks is not None else [np.ones(len(g.rewards), bool) for g in groups]
-    updated = any(m.any() for m in masks)  # make_experience ran (on every sample of the update groups)
-    forwarded = _concat(groups, "seq_lengths") if updated else np.zeros(0, dtype=np.int64)
+    generated = record.generated_groups + list(record.probes)
+    groups, choices = record.train_groups, record.train_choices
+    masks = record.train_masks if record.train_masks is not None else choices
+    updated = any(m.any() for m in masks)  # make_experience ran (on every chosen sample of the update groups)
+    forwarded = (np.concatenate([np.asarray(g.seq_lengths, dtype=np.int64)[c] for g, c in zip(groups, choices)])
+                 if updated else np.zeros(0, dtype=np.int64))
     trained = np.concatenate([np.asarray(g.seq_lengths, dtype=np.int64)[m] for g, m in zip(groups, masks)]) \
         if groups else np.zeros(0, dtype=np.int64)
     logprob_passes = 2 if reference_pass else 1
-    rewards = np.stack([g.rewards for g in record.rolled]) if record.rolled else np.zeros((0, 1))
+    reward_mean, zero_variance_frac = reward_summary([g.rewards for g in record.rolled])
     time_update = float(sum(float(status.get(key, 0.0)) for key in UPDATE_TIMINGS))
-    n = len(generated[0].rewards) if generated else 0
+    kept_choices = [c for c, k in zip(record.rollout_choices(), record.kept_flags) if k]
+    advantage = record.train_advantage
     return {
         "step": record.step,
         "epoch": record.epoch,
@@ -72,7 +78,7 @@ def ledger_row(record, status: dict, flops: FlopModel, *, ppo_epochs: int, refer
         "prompts_rolled_out": record.prompts_rolled_out,
         "prompts_probed": record.prompts_probed,
         "prompts_dropped": record.prompts_dropped,
-        "groups_kept": len(kept),
+        "groups_kept": len(record.kept),
         "groups_replayed": len(record.replayed),
         "gen_rounds": record.gen_rounds,
         "samples": int(sum(len(g.rewards) for g in generated)),
@@ -89,16 +95,33 @@ def ledger_row(record, status: dict, flops: FlopModel, *, ppo_epochs: int, refer
         "time_update_s": time_update,
         "time_eval_s": 0.0,
         "time_step_s": record.time_step_s + time_update,
-        "reward_mean": float(rewards.mean()) if rewards.size else float("nan"),
-        "zero_variance_frac": zero_variance_fraction(rewards),
-        "kept_zero_variance": int(sum(bool(np.ptp(g.rewards) == 0) for g in groups)),
+        "reward_mean": reward_mean,
+        "zero_variance_frac": zero_variance_frac,
+        # zero advantage: the rewards the group's advantage statistics are taken over are all equal
+        "kept_zero_variance": int(sum(bool(np.ptp(g.rewards if s is None else np.asarray(g.rewards)[s]) == 0)
+                                      for g, (s, _) in zip(groups, advantage))),
         "partial": bool(record.partial),
         **{name: float("nan") for name in STEP_METRICS}, **dict(record.metrics), "kl": float("nan"),
-        "responses_kept": len(kept) * n,
-        "responses_trained": int(sum(int(m.sum()) for m in masks[:len(kept)])),  # of the kept groups, as local
+        "responses_kept": int(sum(int(c.sum()) for c in kept_choices)),
+        "responses_trained": int(sum(int(m.sum()) for m in masks[:record.train_kept])),  # of the kept groups, as local
         **{column: float(status.get(key, float("nan"))) for column, key in DIAGNOSTICS.items()
            if column != "kl" or reference_pass},
     }
+
+
+def reward_summary(rows: list) -> tuple[float, float]:
+    """(reward_mean, zero_variance_frac) over the rollouts of the groups decided this step.
+
+    Groups of one size take the matrix path every fixed-group selector always took (so their ledgers keep
+    their values bit for bit); ragged groups are averaged rollout by rollout, as the local backend does."""
+    if not rows:
+        return float("nan"), zero_variance_fraction(np.zeros((0, 1)))
+    if len({len(r) for r in rows}) == 1:
+        rewards = np.stack(rows)
+        return (float(rewards.mean()) if rewards.size else float("nan")), zero_variance_fraction(rewards)
+    flat = [np.asarray(r, dtype=np.float32) for r in rows]
+    total = sum(float(r.sum(dtype=np.float64)) for r in flat)
+    return total / sum(r.size for r in flat), float(np.mean([np.ptp(r) == 0 for r in flat]))
 
 
 def rollout_rows(record) -> list[dict]:
@@ -106,17 +129,22 @@ def rollout_rows(record) -> list[dict]:
 
     A prompt can be rolled out twice in one step (rounds crossing an epoch
     boundary); `round` keeps both rows, so the rows always match the ledger's
-    `prompts_rolled_out`.
+    `prompts_rolled_out`. `kept_rollouts` flags the rollouts that reached the update (as the local
+    backend's log); a selector that extends groups also gets `rollout_steps`, the step each rollout was generated at (methods.md §4.3).
     """
     rounds = list(record.rounds) or [0] * len(record.rolled)
-    return [
-        {
+    rows = []
+    for group, kept, round_index, choice in zip(record.rolled, record.kept_flags, rounds, record.rollout_choices()):
+        row = {
             "step": record.step,
             "prompt_id": int(group.prompt_id),
             "rewards": [float(r) for r in group.rewards],
             "response_tokens": [int(t) for t in group.response_tokens],
             "kept": bool(kept),
             "round": int(round_index),
+            "kept_rollouts": [bool(c) for c in choice],
         }
-        for group, kept, round_index in zip(record.rolled, record.kept_flags, rounds)
-    ]
+        if record.extends_groups:
+            row["rollout_steps"] = [int(s) for s in group.steps()]
+        rows.append(row)
+    return rows

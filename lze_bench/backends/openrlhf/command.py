@@ -268,14 +268,13 @@ def check(cfg) -> None:
 
 
 def runnable_selectors() -> list[str]:
-    """Registered selectors this backend runs (features: features.py, replay: update.py): all but those that
-    keep a subset of a group's rollouts (`keeps_rollouts`, pods) or extend groups (`extends_groups`: speed,
-    reinforce_ada), whose per-rollout generation and update are local-only so far."""
+    """Registered selectors this backend runs: every one (features: features.py; replay, per-rollout keeps and
+    advantages: update.py; per-prompt rollout counts: generator.py; held groups: selection.py, context.py)."""
     from lze_bench.registry import SELECTORS
 
     import lze_bench.selectors  # noqa: F401  (registers them)
 
-    return sorted(name for name, cls in SELECTORS.items() if not (cls.keeps_rollouts or cls.extends_groups))
+    return sorted(SELECTORS)
 
 
 def _check_selector(cfg) -> None:
@@ -284,10 +283,6 @@ def _check_selector(cfg) -> None:
     name = cfg.selector.name
     if name not in SELECTORS:
         raise LzeBenchError(f"selector={name} is not registered; see `lze-bench selectors`")
-    if name not in runnable_selectors():
-        raise LzeBenchError(f"selector={name}: backend=openrlhf does not support it yet (it trains a subset of each "
-                            f"group's rollouts or asks for more rollouts of a group, which only backend=local runs so "
-                            f"far); use backend=local")
     from lze_bench.backends.openrlhf.head import check_head
 
     check_head(cfg)  # astral's learned head: the file, its format, its encoder (one line each)

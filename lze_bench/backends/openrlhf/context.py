@@ -69,6 +69,7 @@ def build_run_selector(cfg, num_prompts: int):
 
 
 REPLAY_STORE_DIR = "replay_store"
+PENDING_DIR = "pending"  # groups a selector held for the next step (SPEED), per checkpoint
 
 
 def store_capacity(cfg, selector) -> int:
@@ -182,13 +183,15 @@ class RunContext:
 
         experiences = [e for g in groups for e in g.payload]
         values = self.features.response_entropy(*response_spans(experiences))
-        for g, row in enumerate(np.asarray(values, dtype=np.float32).reshape(len(groups), -1)):
-            groups[g].response_entropy = row
+        values = np.asarray(values, dtype=np.float32).reshape(-1)
+        bounds = np.cumsum([0] + [len(g.payload) for g in groups])  # groups may differ in size (ragged)
+        for g, group in enumerate(groups):
+            group.response_entropy = values[bounds[g]:bounds[g + 1]]
 
     def plan_update(self, record) -> bool:
         """Decide which responses of the step's update groups train (trim.py); True if any does."""
         groups = record.train_groups
-        masks = trained_masks(self.selector, kept_groups=len(record.kept), replayed_groups=len(record.replayed),
+        masks = trained_masks(self.selector, choices=record.train_choices, kept_groups=record.train_kept,
                               n=self.group_size, rolled_out=record.prompts_rolled_out, unit=self.unit,
                               seed=int(self.cfg.seed), step=record.step)
         record.train_masks = list(masks)
@@ -196,7 +199,7 @@ class RunContext:
             flops, seconds = self.features.take_costs()
             record.flops_select += int(flops)
             record.time_select_s += float(seconds)
-        return bool(groups) and bool(masks.any())
+        return bool(groups) and any(m.any() for m in masks)
 
     def write_step(self, record, status: dict) -> dict:
         """Append the step's ledger row and rollout rows (both atomic)."""
@@ -239,6 +242,8 @@ class RunContext:
         os.replace(tmp, path)
         if self.replays:
             self._save_store(steps_done)
+        if self.driver.pending:
+            self._save_pending(steps_done)
         self.saved = True  # called at every checkpoint (the trainer's _checkpoint_if_due)
         return path
 
@@ -269,6 +274,33 @@ class RunContext:
         for group in groups:
             self.store.put(group)
 
+    def _pending_path(self, steps_done: int) -> Path:
+        return self.run_dir / PENDING_DIR / f"step_{int(steps_done):06d}.pt"
+
+    def _save_pending(self, steps_done: int) -> None:
+        """The held groups (step_rounds.Held: our Group with its OpenRLHF samples, the selector's batch row, the
+        rollouts still to generate) the next step starts from; a torch file, since the samples hold tensors."""
+        import torch
+
+        path = self._pending_path(steps_done)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save(list(self.driver.pending), tmp)
+        os.replace(tmp, path)
+
+    def _load_pending(self, steps_done: int, expected: int) -> list:
+        import torch
+
+        if expected == 0:
+            return []
+        path = self._pending_path(steps_done)
+        if not path.exists():
+            raise LzeBenchError(f"resume at step {steps_done}: missing held groups {path}; use a new run_dir")
+        try:
+            return list(torch.load(path, map_location="cpu", weights_only=False))
+        except (RuntimeError, EOFError, OSError, ValueError, KeyError, TypeError, pickle.UnpicklingError) as exc:
+            raise damaged_file(path, exc, run_file_fix(self.run_dir)) from exc
+
     def client_state(self) -> dict:
         return dict(self.driver.position())
 
@@ -288,7 +320,7 @@ class RunContext:
             )
         from lze_bench.selectors.base import load_state
 
-        self.driver.restore(position)
+        self.driver.restore(position, self._load_pending(int(position["step"]), int(position.get("pending", 0))))
         steps_done = self.steps_done
         state_path = selector_state_path(self.run_dir, steps_done)
         if not state_path.exists():

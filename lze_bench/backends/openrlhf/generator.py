@@ -34,7 +34,12 @@ round of a fill selector), so a resumed run asks for exactly what the unbroken
 run asked for. The dispatch itself stays OpenRLHF's (`_dispatch_prompts_to_vllm`:
 its SamplingParams, its least-loaded engine choice); only the handles it calls
 record the request (`_RecordedEngine`), which is then sent once per sample with
-the seed set. What this guarantees where: README, "Reproducible rollouts".
+the seed set. A selector that asks for a number of rollouts per prompt
+(`rollout(ids, counts)`: SPEED's screening and continuation, Reinforce-Ada's
+rounds) gets `counts[i]` such requests for prompt i, sample indices 0..counts[i]-1;
+a prompt extended twice in one step is extended in different rounds, and the
+round is part of the seed, so no two requests of a run share one. What this
+guarantees where: README, "Reproducible rollouts".
 """
 
 from __future__ import annotations
@@ -115,6 +120,16 @@ class LzeSamplesGenerator(SamplesGenerator):
         self.records: list = []  # StepRecords of finished steps, taken by the trainer's ledger hook
         self._round = 0  # generation rounds of the current step so far (a rollout seed's `round`)
 
+    def generate_samples(self, **generate_kwargs):
+        """OpenRLHF's, with the whole step in one update: it serves at most `rollout.batch_size x n` samples
+        and keeps the rest in its buffer for the next call, but a selector that trains groups of another size
+        (SPEED: n_init + n_continue per prompt) hands over more; the rest belongs to this step's update."""
+        samples, pass_rate, consumed, exhausted = super().generate_samples(**generate_kwargs)
+        if getattr(self, "_sample_buffer", None):
+            samples, self._sample_buffer = list(samples) + list(self._sample_buffer), []
+            exhausted = self._dataloader_iter is None
+        return samples, pass_rate, consumed, exhausted
+
     def _generate_vllm(self, dataloader_iter, num_prompts: int, dynamic_filtering, **generate_kwargs):
         if dataloader_iter is not getattr(self, "_dataloader_iter", None):  # evaluation: OpenRLHF's own path
             return super()._generate_vllm(dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
@@ -132,20 +147,20 @@ class LzeSamplesGenerator(SamplesGenerator):
         while not self.context.finished:
             self.context.begin_step()
             self._round = 0
-            record = driver.run_step(lambda ids: self._rollout(ids, **generate_kwargs))
+            record = driver.run_step(lambda ids, *counts: self._rollout(ids, *counts, **generate_kwargs))
             considered += record.prompts_considered
             if self.context.plan_update(record):
                 self.records.append(record)
-                return [e for group in record.train_groups for e in group.payload], considered, False
+                return record.update_samples(), considered, False
             self.on_untrained(record)  # nothing trains this step: its row (and checkpoint) now, no optimizer step
         return [], considered, True
 
-    def _rollout(self, ids: np.ndarray, **generate_kwargs) -> list:
-        """Generate and grade n responses for each id; one Group per id, in order."""
+    def _rollout(self, ids: np.ndarray, counts: np.ndarray | None = None, **generate_kwargs) -> list:
+        """Generate and grade `counts[i]` responses for id i (n without counts); one Group per id, in order."""
         prompts = [self._dataset.prompts[i] for i in ids]
         labels = [self._dataset.labels[i] for i in ids]
         images = [self._dataset.images[i] for i in ids]
-        refs = self._dispatch_seeded(ids, prompts, labels, images, **generate_kwargs)
+        refs = self._dispatch_seeded(ids, prompts, labels, images, counts, **generate_kwargs)
         flat = ray.get([ref for prompt_refs in refs for ref in prompt_refs])  # one list of 1 response per ref
         responses, position = [], 0
         for prompt_refs in refs:
@@ -158,8 +173,9 @@ class LzeSamplesGenerator(SamplesGenerator):
         self.context.add_response_features(groups)
         return groups
 
-    def _dispatch_seeded(self, ids, prompts, labels, images, **generate_kwargs) -> list[list]:
-        """OpenRLHF's dispatch, then one request per sample with its rollout seed: per prompt, its n refs."""
+    def _dispatch_seeded(self, ids, prompts, labels, images, counts=None, **generate_kwargs) -> list[list]:
+        """OpenRLHF's dispatch, then one request per sample with its rollout seed: per prompt, its n refs
+        (`counts[i]` refs for a selector that sets rollouts per prompt: speed, reinforce_ada)."""
         requests: list = []
         engines = self.vllm_engines
         self.vllm_engines = [_RecordedEngine(engine, requests) for engine in engines]
@@ -172,8 +188,9 @@ class LzeSamplesGenerator(SamplesGenerator):
         step, round_ = self.context.driver.step, self._round
         self._round += 1
         refs = []
-        for prompt_id, (engine, kwargs) in zip(ids, requests):
-            params, n = kwargs["sampling_params"], int(kwargs.get("num_samples", 1))
+        for i, (prompt_id, (engine, kwargs)) in enumerate(zip(ids, requests)):
+            params = kwargs["sampling_params"]
+            n = int(kwargs.get("num_samples", 1)) if counts is None else int(counts[i])
             refs.append([engine.generate_responses.remote(
                 **{**kwargs, "num_samples": 1, "sampling_params": with_seed(
                     params, rollout_seed(self.context.cfg.seed, step, int(prompt_id), sample, round_))})

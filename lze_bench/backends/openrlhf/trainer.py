@@ -7,7 +7,9 @@ with `ray.remote` (entry.py installs it). Overrides, each calling OpenRLHF's own
 * `__init__`: build the run context (selector, data order, ledger, replay
   store, feature passes on the policy actors) from LZE_CONFIG, swap in
   `LzeSamplesGenerator`, and route the experience maker's output through
-  update.shape_update (replay re-centring, trim, one batch per DP rank);
+  update.shape_update (replay re-centring, trim, one batch per DP rank), and
+  its advantages through update.per_rollout_advantages when the selector
+  chose rollouts or grew groups (OpenRLHF's own group step needs groups of n);
 * `get_max_steps`: the LR schedule spans `trainer.steps x trainer.ppo_epochs`
   optimizer steps (one per PPO epoch, since train.batch_size = all samples);
 * `init_checkpoint_states`: after OpenRLHF restores its checkpoint, restore the
@@ -61,6 +63,8 @@ class LzePPOTrainer(BasePPOTrainer):
         make_batch = maker.make_experience_batch
         maker.make_experience_batch = lambda samples: self._shape(make_batch(samples))
         maker.split_rollout_samples = self._split
+        advantages = maker.compute_advantages_and_returns
+        maker.compute_advantages_and_returns = lambda experiences: self._advantages(experiences, advantages)
         self._global_step = 0  # OpenRLHF's optimizer-step count, for the checkpoints of untrained steps
         self.samples_generator = LzeSamplesGenerator(
             strategy=self.strategy,
@@ -115,6 +119,16 @@ class LzePPOTrainer(BasePPOTrainer):
         pad = self.tokenizer.pad_token_id
         bounds = balanced_chunks(len(rollout_samples), self.lze.dp_ranks, int(self.args.rollout.micro_batch_size))
         return [Experience.concat_experiences(rollout_samples[a:b], pad) for a, b in bounds]
+
+    def _advantages(self, experiences, original):
+        """OpenRLHF's advantages on whole groups of n; per rollout (update.py) when the selector chose rollouts
+        or grew groups (pods, speed, reinforce_ada)."""
+        record = self.samples_generator.pending_record()
+        if not record.per_rollout:
+            return original(experiences)
+        from lze_bench.backends.openrlhf.update import per_rollout_advantages
+
+        return per_rollout_advantages(experiences, record, original, self.args)
 
     def _shape(self, experiences):
         from lze_bench.backends.openrlhf.update import shape_update

@@ -33,17 +33,34 @@ def trim_unit(micro_batch_size: int, dp_ranks: int) -> int:
     return int(micro_batch_size) * int(dp_ranks)
 
 
-def trained_masks(selector, *, kept_groups: int, replayed_groups: int, n: int, rolled_out: int, unit: int,
-                  seed: int, step: int) -> np.ndarray:
-    """bool[kept + replayed, n]: the responses that train (kept groups first, then replayed ones)."""
-    mask = np.ones((int(kept_groups) + int(replayed_groups), int(n)), dtype=bool)
+def trained_masks(selector, *, kept_groups: int, n: int, rolled_out: int, unit: int, seed: int, step: int,
+                  replayed_groups: int = 0, choices: list | None = None):
+    """bool[k] per train group (kept groups first, then replayed ones): the responses that train; without
+    `choices`, every response of `kept_groups + replayed_groups` groups of n may, and the rows come as one
+    bool[G, n] array.
+
+    `choices` are the rollouts the selector sends to the update per train group (record.train_choices: all
+    of a group but for a selector that keeps a subset, PODS); only those can train, and the trim draws
+    among them. Groups of n rollouts flattened in order are the [G, n] matrix every fixed-group selector
+    always had, so their trims keep their draws bit for bit."""
+    if choices is None:
+        whole = np.ones((int(kept_groups) + int(replayed_groups), int(n)), dtype=bool)
+        rows = trained_masks(selector, kept_groups=kept_groups, n=n, rolled_out=rolled_out, unit=unit, seed=seed,
+                             step=step, choices=list(whole))
+        return np.stack(rows) if rows else whole
+    rows = [np.asarray(c, dtype=bool).copy() for c in choices]
     align = getattr(selector, "align_mask", None)
     if align is not None and kept_groups:
         cut = align(int(kept_groups), int(n), int(rolled_out) * int(n),
                     step_rng(seed, step, TAG_SELECT_UPDATE, ALIGN_ROUND))
         if cut is not None:
-            mask[:kept_groups] = cut
-    return _whole_units(mask, unit, step_rng(seed, step, TAG_SELECT_UPDATE, TRIM_ROUND))
+            for g in range(int(kept_groups)):
+                rows[g] &= np.asarray(cut[g], dtype=bool)[:rows[g].size]
+    if not rows:
+        return []
+    flat = _whole_units(np.concatenate(rows), unit, step_rng(seed, step, TAG_SELECT_UPDATE, TRIM_ROUND))
+    bounds = np.cumsum([0] + [r.size for r in rows])
+    return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def _whole_units(mask: np.ndarray, unit: int, rng: np.random.Generator) -> np.ndarray:

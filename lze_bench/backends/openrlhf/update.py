@@ -16,8 +16,22 @@ computed on whole groups) and, in this order:
    `async_run_method_batch` gives every rank exactly one.
 
 Sample order: generator.py hands the samples over as the record's train
-groups (kept, then replayed), n consecutive samples each; OpenRLHF numbers
-them 0.. in that order (`Experience.index`, set in `split_rollout_samples`).
+groups (kept, then replayed), each group's chosen rollouts consecutively
+(`StepRecord.update_samples`: all n of a group, but for a selector that keeps a
+subset, PODS, or grows groups, Reinforce-Ada); OpenRLHF numbers them 0.. in
+that order (`Experience.index`, set in `split_rollout_samples`).
+
+Per-rollout advantages (`per_rollout_advantages`). OpenRLHF's
+`compute_advantages_and_returns` takes each group as `n_samples_per_prompt`
+consecutive samples, which holds for whole groups of n only. When the record is
+`per_rollout` (a subset trains, the groups are ragged, or the selector chose
+the statistics or epsilon), the group-normalised rewards are computed here, as
+the local backend computes them (`group_advantages`: mean and unbiased std over
+the kept rollouts or every generated one, `advantage_stats`, with the
+selector's `advantage_eps`, else OpenRLHF's 1e-9; `dr_grpo`: the mean only),
+and OpenRLHF's own function then turns them into per-token returns and
+advantages with its group step switched off. Every other step (the six
+selectors' whole groups) goes through OpenRLHF's function untouched.
 """
 
 from __future__ import annotations
@@ -42,15 +56,24 @@ def _items_in_order(experiences: list) -> list:
 
 def shape_update(experiences: list, record, *, n: int, dp_ranks: int, replay: bool) -> list:
     """The trained Experiences, one batched Experience per DP rank (empty list: nothing trains)."""
-    groups = record.train_groups
+    groups, choices = record.train_groups, record.train_choices
     items = _items_in_order(experiences)
-    if len(items) != len(groups) * n:
-        raise LzeBenchError(f"step {record.step}: OpenRLHF made {len(items)} experiences for {len(groups)} groups "
-                            f"of {n}")
+    expected = int(sum(int(c.sum()) for c in choices))
+    if len(items) != expected:
+        raise LzeBenchError(f"step {record.step}: OpenRLHF made {len(items)} experiences for the {expected} chosen "
+                            f"rollouts of {len(groups)} groups")
     if replay:
-        _recentre(items, groups, len(record.kept), n)
-    masks = record.train_masks if record.train_masks is not None else [np.ones(n, dtype=bool)] * len(groups)
-    trained = [item for g, mask in enumerate(masks) for j, item in enumerate(items[g * n:(g + 1) * n]) if mask[j]]
+        if record.per_rollout:
+            raise LzeBenchError(f"step {record.step}: replay with per-rollout choices is not supported; "
+                                "a replaying selector trains whole groups")
+        _recentre(items, groups, record.train_kept, n)
+    masks = record.train_masks if record.train_masks is not None else choices
+    trained, position = [], 0
+    for choice, mask in zip(choices, masks):  # the items are the chosen rollouts, group by group
+        for j in np.flatnonzero(choice):
+            if mask[j]:
+                trained.append(items[position])
+            position += 1
     if not trained:
         return []
     if len(trained) % dp_ranks:
@@ -91,3 +114,54 @@ def _recentre(items: list, groups: list, fresh_groups: int, n: int) -> None:
                                     f"sample's actions {tuple(item.action_log_probs.shape)}")
             item.rollout_log_probs = recentre_rollout_logprobs(item.action_log_probs[None], mu[None], [replayed],
                                                                item.action_mask[None])[0]
+
+
+OPENRLHF_EPS = 1e-9  # OpenRLHF 0.11.2's group_norm: (r - mean) / (std + 1e-9)
+SCALED = {"group_norm": True, "dr_grpo": False}  # the estimators command.py passes (trainer.scale_rewards)
+
+
+def group_advantages(rewards, scale: bool, over=None, eps: float = OPENRLHF_EPS) -> np.ndarray:
+    """float32[k]: reward minus the mean, divided by the unbiased std + `eps` when `scale` (the local backend's
+    rule, grpo.group_advantages): mean and std over the rollouts `over` flags (None: all generated)."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    pool = rewards if over is None else rewards[np.asarray(over, dtype=bool)]
+    centred = rewards - pool.mean()
+    if scale and pool.size > 1:  # one rollout has no std: its advantage is the centred reward (0)
+        centred = centred / (pool.std(ddof=1) + eps)
+    return centred.astype(np.float32)
+
+
+def sample_advantages(record, scale: bool) -> np.ndarray:
+    """float32[S]: the group-normalised reward of each sample handed to the experience maker, in order."""
+    parts = []
+    for group, choice, (stats, eps) in zip(record.train_groups, record.train_choices, record.train_advantage):
+        adv = group_advantages(group.rewards, scale, stats, OPENRLHF_EPS if eps is None else eps)
+        parts.append(adv[np.asarray(choice, dtype=bool)])
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+
+def per_rollout_advantages(experiences: list, record, original, args) -> list:
+    """OpenRLHF's `compute_advantages_and_returns` on group-normalised rewards computed per rollout (above)."""
+    import torch
+
+    estimator = args.algo.advantage.estimator
+    if estimator not in SCALED:
+        raise LzeBenchError(f"--algo.advantage.estimator {estimator}: per-rollout selectors need group_norm or "
+                            "dr_grpo (trainer.scale_rewards); leave the estimator to lze-bench")
+    penalties = (getattr(args.reward, "overlong_buffer_len", None), getattr(args.reward, "stop_properly_penalty_coef",
+                                                                            None))
+    if any(p is not None for p in penalties):  # they would apply to the normalised rewards, not the raw ones
+        raise LzeBenchError("length penalties (--reward.overlong_buffer_len, --reward.stop_properly_penalty_coef) "
+                            "are not supported with per-rollout selectors; remove them from backend.extra_args")
+    shaped = sample_advantages(record, SCALED[estimator])
+    for experience in experiences:
+        index = torch.as_tensor(list(experience.index), dtype=torch.long)
+        experience.rewards = torch.as_tensor(shaped, dtype=torch.float32)[index].to(experience.rewards.device)
+    saved = (args.rollout.n_samples_per_prompt, estimator)
+    # one "group" per sample and no estimator branch: OpenRLHF leaves the normalised rewards as they are and
+    # only makes the per-token returns (its per-token step reads the maker's own advantage_estimator)
+    args.rollout.n_samples_per_prompt, args.algo.advantage.estimator = 1, "lze_per_rollout"
+    try:
+        return original(experiences)
+    finally:
+        args.rollout.n_samples_per_prompt, args.algo.advantage.estimator = saved
