@@ -298,11 +298,11 @@ class Selector:
     # the backend then calls observe / select_update on the empty batch instead of ending the step
     samples_in_rounds: ClassVar[bool] = False
     # True for selectors whose decisions keep a subset of a group's rollouts (`UpdateDecision.keep_rollouts`):
-    # a backend that can only train whole groups refuses them (backend=openrlhf, for now)
+    # both backends train only those rollouts (local: grpo.py train_mask; openrlhf: update.py / trim.py)
     keeps_rollouts: ClassVar[bool] = False
     # True for selectors that hold groups and ask for more rollouts of them (`UpdateDecision.hold/extend`:
-    # SPEED, Reinforce-Ada): groups become ragged and may wait for a later step. A backend that rolls out
-    # fixed groups refuses them (backend=openrlhf, for now); replay cannot reveal rollouts a log never had
+    # SPEED, Reinforce-Ada): groups become ragged and may wait for a later step (both backends checkpoint
+    # them); replay serves a log's rollouts in order and names what a log lacks (lze_bench.replay.extending)
     extends_groups: ClassVar[bool] = False
 
     # trainer.n_samples, which the harness sets before each step (run_selection, replay): the group size of
