@@ -161,6 +161,58 @@ def test_reinforce_ada_keeps_what_the_authors_loop_keeps(choice, n, repeat, roun
         assert selection.gen_rounds <= rounds and not selection.pending
 
 
+def authors_counts(pos: int, neg: int, n: int, choice: str) -> tuple:
+    """(positives, negatives) kept, as RT:1069-1108 and RT:1139-1185 write it for one prompt's caches."""
+    finished = (pos >= n // 2 and neg >= n - n // 2) if choice == "balanced" else pos >= 1
+    if finished:  # downsample_cache(n)
+        target_pos = min(n // 2, pos)
+        target_neg = min(n - target_pos, neg)
+        if target_pos + target_neg < n:
+            if pos > target_pos:
+                target_pos += min(pos - target_pos, n - (target_pos + target_neg))
+            elif neg > target_neg:
+                target_neg += min(neg - target_neg, n - (target_pos + target_neg))
+        return target_pos, target_neg
+    take = min(n, pos + neg)
+    target_pos, target_neg = n // 2, n - n // 2  # the round loop's last assignment (balanced)
+    if choice == "positive_focused":
+        ratio = pos / (pos + neg) if pos + neg else 0.0
+        target_pos = max(min(math.ceil(ratio * n), take - 1), 1)
+        target_neg = take - target_pos
+    actual_pos, actual_neg = min(pos, target_pos), min(neg, target_neg)
+    if actual_pos + actual_neg < take:
+        if pos > actual_pos:
+            actual_pos += min(pos - actual_pos, take - actual_pos - actual_neg)
+        elif neg > actual_neg:
+            actual_neg += min(neg - actual_neg, take - actual_pos - actual_neg)
+    return actual_pos, actual_neg
+
+
+@pytest.mark.parametrize("choice", ["balanced", "positive_focused"])
+def test_reinforce_ada_keep_counts_equal_the_authors_branches_everywhere(choice):
+    """Every (P, Q) up to 14 rollouts and n up to 9, one group each, at the last round (so every prompt keeps)."""
+    cases = [(p, q, n) for n in range(1, 10) for p in range(15) for q in range(15) if 0 < p + q <= 14]
+    width = 14
+    for n in range(1, 10):
+        rows = [(p, q) for p, q, m in cases if m == n]
+        rewards = np.zeros((len(rows), width), dtype=np.float32)
+        valid = np.zeros((len(rows), width), dtype=bool)
+        for r, (p, q) in enumerate(rows):
+            rewards[r, :p] = 1.0
+            valid[r, :p + q] = True
+        config = SELECTORS["reinforce_ada"].Config(choice=choice, round_repeat=1, max_rounds=1)
+        selector = build_selector(config, num_prompts=len(rows), batch_size=len(rows))
+        selector.group_size = n
+        batch = RolloutBatch(prompt_ids=np.arange(len(rows)), rewards=rewards, step=0, valid=valid)
+        decision = selector.select_update(batch, 0, np.random.default_rng(0))
+        assert decision.keep.all()
+        kept = decision.keep_rollouts
+        for r, (p, q) in enumerate(rows):
+            ours = (int((kept[r] & (rewards[r] == 1)).sum()), int((kept[r] & valid[r] & (rewards[r] == 0)).sum()))
+            assert ours == authors_counts(p, q, n, choice), f"n={n} P={p} Q={q}"
+            assert kept[r, :p].tolist() == [True] * ours[0] + [False] * (p - ours[0])  # the first of each class
+
+
 def test_reinforce_ada_exercises_every_branch():
     """The recorded streams reach early exits, the last-round fallback and all-wrong groups that still train."""
     selector = build_selector(SELECTORS["reinforce_ada"].Config(), num_prompts=60, batch_size=12)
@@ -230,6 +282,10 @@ def test_speed_trains_what_the_authors_loop_trains(n_init, n_cont, n_gpus, gen, 
         assert sorted(trained) == sorted(reference), f"step {step}: other prompts trained"
         for pid, (pool, kept) in trained.items():
             assert pool == kept == reference[pid], f"step {step} prompt {pid}: other rollouts trained"
+        waiting = defaultdict(list)  # the authors' buffer after the update: queued screenings, complete groups
+        for uid, j in authors.training:
+            waiting[uid].append(j)
+        assert {h.prompt_id: h.group.indices for h in selection.pending} == dict(waiting), f"step {step}: queue"
         stale += sum(g.gen_step < step for r in selection.rounds for g, k in zip(r.groups, r.decision.keep) if k)
         idle += not any(fresh_rounds)
         assert not selection.partial
@@ -237,6 +293,20 @@ def test_speed_trains_what_the_authors_loop_trains(n_init, n_cont, n_gpus, gen, 
     assert stale > 0  # groups generated at an earlier step trained later (the cross-step queue was exercised)
     if n_cont >= 4 * n_init:
         assert idle > 0  # a step that started with B complete groups generated nothing
+
+
+@pytest.mark.parametrize("cap", [1, 2, 3])
+def test_speed_at_its_call_cap_trains_the_complete_groups_it_has(cap):
+    """max_num_gen_batches calls without B complete groups: the step trains what is complete, flagged partial."""
+    config = SELECTORS["speed"].Config(n_init=2, n_continue=2, gen_batch_size=4, max_num_gen_batches=cap)
+    selector = build_selector(config, num_prompts=3000, batch_size=8)
+    (rounds, trained, selection), = run_steps(selector, Streams(2), steps=1, batch=8, n=8, num_prompts=3000)
+    assert selection.gen_rounds == cap and selection.partial
+    complete = [g for g in selection.rounds[-1].groups if len(g.indices) == 4]
+    assert sorted(trained) == sorted(g.prompt_id for g in complete)
+    assert all(len(pool) == 4 for pool, _ in trained.values())
+    if cap > 1:
+        assert trained  # survivors of the first call completed in the second
 
 
 def test_speed_screens_out_groups_whose_first_rollouts_agree():

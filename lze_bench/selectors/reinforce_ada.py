@@ -76,22 +76,21 @@ class ReinforceAdaConfig:
                 f"must be >= 1 or null, got {self.round_repeat}")
 
 
-def kept_counts(pos: np.ndarray, neg: np.ndarray, n: int, finished: np.ndarray, choice: str) -> tuple:
-    """int[G] positives and int[G] negatives each group keeps (module docstring; the authors' two branches).
+def kept_counts(pos: np.ndarray, neg: np.ndarray, n: int, finished: np.ndarray) -> tuple:
+    """int[G] positives and int[G] negatives each group keeps: the authors' two branches, reduced.
 
-    Finished: `downsample_cache(n)`; unfinished after the last round: the fallback over take = min(n, P + Q).
-    A `positive_focused` prompt finishes at its first positive, so one still unfinished has none: the
-    fallback's positive target (max(min(ceil(P/(P+Q)·n), take - 1), 1), RT:1158-1162) finds nothing to take
-    and the top-up fills `take` with negatives, which is what is computed here. The code tops up only when
-    the kept count is short of `take` (`if actual_pos + actual_neg < take`)."""
+    Finished: `downsample_cache(n)` (RT:1069-1083); unfinished after the last round: the fallback over
+    take = min(n, P + Q) (RT:1139-1185). Both aim at floor(n/2) positives, cap each class at what exists and
+    top up when short of `take`, first from the positives, else from the negatives. Their negative targets
+    (n - floor(n/2) in `balanced`, take - target_pos in `positive_focused`) never bind once the top-up has run:
+    a `positive_focused` prompt still unfinished has no positive (it finishes at its first), and otherwise the
+    top-up fills the negatives up to take - kept positives. So: positives min(P, floor(n/2)), negatives
+    min(Q, take - those), then positives topped up to take (tests/test_selectors_ragged.py checks this against
+    the branches as written, for both choices)."""
     take = np.where(finished, n, np.minimum(n, pos + neg))
     kept_pos = np.minimum(pos, n // 2)
-    fallback_neg = (n - n // 2) if choice == "balanced" else take
-    kept_neg = np.minimum(neg, np.where(finished, n - kept_pos, fallback_neg))
-    short = np.maximum(take - kept_pos - kept_neg, 0)
-    more_pos = np.where(pos > kept_pos, np.minimum(pos - kept_pos, short), 0)
-    more_neg = np.where((pos <= kept_pos) & (neg > kept_neg), np.minimum(neg - kept_neg, short), 0)
-    return kept_pos + more_pos, kept_neg + more_neg
+    kept_neg = np.minimum(neg, take - kept_pos)
+    return kept_pos + np.minimum(pos - kept_pos, take - kept_pos - kept_neg), kept_neg
 
 
 @SELECTORS.add("reinforce_ada")
@@ -125,7 +124,7 @@ class ReinforceAdaSelector(StatelessSelector):
         rounds = valid.sum(axis=1) // self.round_repeat(n)
         last = rounds >= cfg.max_rounds
         keep = finished | last
-        kept_pos, kept_neg = kept_counts(pos, neg, n, finished, cfg.choice)
+        kept_pos, kept_neg = kept_counts(pos, neg, n, finished)
         # the first kept_pos positives and kept_neg negatives in generation order
         rank_pos, rank_neg = np.cumsum(positive, axis=1), np.cumsum(negative, axis=1)
         keep_rollouts = (positive & (rank_pos <= kept_pos[:, None])) | (negative & (rank_neg <= kept_neg[:, None]))
