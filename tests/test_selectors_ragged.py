@@ -211,6 +211,24 @@ def test_reinforce_ada_keep_counts_equal_the_authors_branches_everywhere(choice)
             ours = (int((kept[r] & (rewards[r] == 1)).sum()), int((kept[r] & valid[r] & (rewards[r] == 0)).sum()))
             assert ours == authors_counts(p, q, n, choice), f"n={n} P={p} Q={q}"
             assert kept[r, :p].tolist() == [True] * ours[0] + [False] * (p - ours[0])  # the first of each class
+        # before the last round only the finished keep; the others go on with round_repeat more
+        config = SELECTORS["reinforce_ada"].Config(choice=choice, round_repeat=1, max_rounds=99)
+        selector = build_selector(config, num_prompts=len(rows), batch_size=len(rows))
+        selector.group_size = n
+        decision = selector.select_update(batch, 0, np.random.default_rng(0))
+        finished = [(p >= n // 2 and q >= n - n // 2) if choice == "balanced" else p >= 1 for p, q in rows]
+        assert decision.keep.tolist() == finished and decision.hold.tolist() == [not f for f in finished]
+        assert decision.extend.tolist() == [0 if f else 1 for f in finished]
+
+
+def test_reinforce_ada_counts_a_reward_at_the_threshold_as_negative():
+    """RT:1059: positive iff reward > positive_threshold (rewards need not be 0/1)."""
+    selector = build_selector(SELECTORS["reinforce_ada"].Config(round_repeat=4), num_prompts=3, batch_size=3)
+    selector.group_size = 2
+    rewards = np.array([[0.7, 0.7, 1.0, 0.2], [0.7, 0.71, 0.1, 0.0], [0.7, 0.7, 0.7, 0.7]], dtype=np.float32)
+    decision = selector.select_update(RolloutBatch(prompt_ids=np.arange(3), rewards=rewards, step=0), 0, None)
+    assert decision.keep.tolist() == [True, True, False]  # the last has no positive: one more round
+    assert decision.keep_rollouts[:2].tolist() == [[True, False, True, False], [True, True, False, False]]
 
 
 def test_reinforce_ada_exercises_every_branch():

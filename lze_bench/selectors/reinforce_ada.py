@@ -84,13 +84,12 @@ def kept_counts(pos: np.ndarray, neg: np.ndarray, n: int, finished: np.ndarray) 
     top up when short of `take`, first from the positives, else from the negatives. Their negative targets
     (n - floor(n/2) in `balanced`, take - target_pos in `positive_focused`) never bind once the top-up has run:
     a `positive_focused` prompt still unfinished has no positive (it finishes at its first), and otherwise the
-    top-up fills the negatives up to take - kept positives. So: positives min(P, floor(n/2)), negatives
-    min(Q, take - those), then positives topped up to take (tests/test_selectors_ragged.py checks this against
-    the branches as written, for both choices)."""
+    top-up fills the negatives up to take - kept positives. So: negatives min(Q, take - min(P, floor(n/2))), and
+    positives the rest of `take` (there are always enough: take <= P + Q). tests/test_selectors_ragged.py checks
+    this against the branches as written, for both choices and every small P, Q, n."""
     take = np.where(finished, n, np.minimum(n, pos + neg))
-    kept_pos = np.minimum(pos, n // 2)
-    kept_neg = np.minimum(neg, take - kept_pos)
-    return kept_pos + np.minimum(pos - kept_pos, take - kept_pos - kept_neg), kept_neg
+    kept_neg = np.minimum(neg, take - np.minimum(pos, n // 2))
+    return take - kept_neg, kept_neg
 
 
 @SELECTORS.add("reinforce_ada")
@@ -121,8 +120,7 @@ class ReinforceAdaSelector(StatelessSelector):
             finished = (pos >= n // 2) & (neg >= n - n // 2)
         else:
             finished = pos >= 1
-        rounds = valid.sum(axis=1) // self.round_repeat(n)
-        last = rounds >= cfg.max_rounds
+        last = valid.sum(axis=1) >= cfg.max_rounds * self.round_repeat(n)  # every round adds round_repeat
         keep = finished | last
         kept_pos, kept_neg = kept_counts(pos, neg, n, finished)
         # the first kept_pos positives and kept_neg negatives in generation order
