@@ -117,7 +117,8 @@ class ReinforceAdaSelector(StatelessSelector):
         negative = valid & ~positive
         pos, neg = positive.sum(axis=1), negative.sum(axis=1)
         if cfg.choice == "balanced":
-            finished = (pos >= n // 2) & (neg >= n - n // 2)
+            half = n // 2  # floor(n/2) positives and n - floor(n/2) negatives (RT:1087-1090)
+            finished = (pos >= half) & (neg >= n - half)
         else:
             finished = pos >= 1
         last = valid.sum(axis=1) >= cfg.max_rounds * self.round_repeat(n)  # every round adds round_repeat
