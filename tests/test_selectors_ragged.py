@@ -90,22 +90,11 @@ def run_steps(selector, streams, *, steps: int, batch: int, n: int, num_prompts:
 
 def authors_reinforce_ada(streams: Streams, uids, n, round_repeat, max_rounds, threshold, choice):
     """RLHFlow/Reinforce-Ada @ 05be6058 ray_trainer.py:929-1185, read line by line (stream positions for
-    DataProto rows): {uid: (pool positions, kept positions)}."""
+    DataProto rows): {uid: (pool positions, kept positions)}. What a prompt keeps of its caches is
+    `authors_counts` (the same lines; a finished prompt's caches stop growing when it finishes)."""
     finished = {uid: False for uid in uids}
-    pos_cache, neg_cache, pool, selected = defaultdict(list), defaultdict(list), defaultdict(list), {}
+    pos_cache, neg_cache, pool = defaultdict(list), defaultdict(list), defaultdict(list)
     active = list(uids)
-
-    def downsample_cache(uid, target_total):
-        target_pos = min(target_total // 2, len(pos_cache[uid]))
-        target_neg = min(target_total - target_pos, len(neg_cache[uid]))
-        if target_pos + target_neg < target_total:
-            if len(pos_cache[uid]) > target_pos:
-                target_pos += min(len(pos_cache[uid]) - target_pos, target_total - (target_pos + target_neg))
-            elif len(neg_cache[uid]) > target_neg:
-                target_neg += min(len(neg_cache[uid]) - target_neg, target_total - (target_pos + target_neg))
-        return pos_cache[uid][:target_pos] + neg_cache[uid][:target_neg]
-
-    target_pos = target_neg = None
     for _ in range(max_rounds):
         if not active:
             break
@@ -115,27 +104,15 @@ def authors_reinforce_ada(streams: Streams, uids, n, round_repeat, max_rounds, t
                 pool[uid].append(j)
                 (pos_cache if streams.reward(uid, j) > threshold else neg_cache)[uid].append(j)
             if choice == "balanced":
-                target_pos, target_neg = n // 2, n - n // 2
-                if len(pos_cache[uid]) >= target_pos and len(neg_cache[uid]) >= target_neg:
-                    selected[uid], finished[uid] = downsample_cache(uid, n), True
-            elif len(pos_cache[uid]) >= 1:
-                selected[uid], finished[uid] = downsample_cache(uid, n), True
+                finished[uid] = len(pos_cache[uid]) >= n // 2 and len(neg_cache[uid]) >= n - n // 2
+            else:
+                finished[uid] = len(pos_cache[uid]) >= 1
         active = [uid for uid in active if not finished[uid]]
-    for uid in [u for u in uids if not finished[u]]:
-        pos_num, neg_num = len(pos_cache[uid]), len(neg_cache[uid])
-        take = min(n, pos_num + neg_num)
-        if choice == "positive_focused":
-            ratio = pos_num / (pos_num + neg_num) if pos_num + neg_num else 0.0
-            target_pos = max(min(math.ceil(ratio * n), take - 1), 1)
-            target_neg = take - target_pos
-        actual_pos, actual_neg = min(pos_num, target_pos), min(neg_num, target_neg)
-        if actual_pos + actual_neg < take:
-            if pos_num > actual_pos:
-                actual_pos += min(pos_num - actual_pos, take - actual_pos - actual_neg)
-            elif neg_num > actual_neg:
-                actual_neg += min(neg_num - actual_neg, take - actual_pos - actual_neg)
-        selected[uid] = pos_cache[uid][:actual_pos] + neg_cache[uid][:actual_neg]
-    return {uid: (pool[uid], selected[uid]) for uid in uids}
+    kept = {}
+    for uid in uids:
+        keep_pos, keep_neg = authors_counts(len(pos_cache[uid]), len(neg_cache[uid]), n, choice)
+        kept[uid] = (pool[uid], pos_cache[uid][:keep_pos] + neg_cache[uid][:keep_neg])
+    return kept
 
 
 @pytest.mark.parametrize("choice,n,repeat,rounds,threshold", [
