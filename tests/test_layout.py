@@ -25,6 +25,7 @@ LAYERS = [
     ["metadata", "grading", "ledger", "config", "runlock"],  # per-prompt columns (a labels file names the data it
     # labelled by its fingerprint); the one grading function; the ledger schema; config; run-dir locks
     ["benchmarks", "selectors", "launchers"],  # plug-ins described by config: datasets, selectors, launchers
+    ["ragged"],  # ragged rollout batches (held and extended groups), built from the selectors' RolloutBatch
     ["data", "step_rounds", "replay", "predictor"],  # rows by benchmark name; selection rounds; replay;
     # ASTRAL's learned head (torch: the selector's NumPy side is in selectors)
     ["tasks"],  # training prompt sets, loaded through data
