@@ -46,9 +46,9 @@ def _pad(values: np.ndarray | None, width: int) -> np.ndarray | None:
 def stack(batches: list[RolloutBatch], step: int) -> RolloutBatch:
     """The rows of `batches`, in order, as one batch of step `step` (padded when their widths differ)."""
     batches = [b for b in batches if b.num_groups] or batches[:1]
-    if len(batches) == 1 and _plain(batches, step):
-        return batches[0]
     plain = _plain(batches, step)
+    if len(batches) == 1 and plain:
+        return batches[0]
     width = max(b.group_size for b in batches)
     values = {"prompt_ids": np.concatenate([b.prompt_ids for b in batches]), "step": int(step)}
     for name in ROLLOUT_FIELDS:
