@@ -54,9 +54,10 @@ from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import SELECTORS
 from lze_bench.selectors.base import Selector, UpdateDecision
+from lze_bench.selectors.lze_dense import Work, observe_dense
 from lze_bench.selectors.lze_state import LzeState
 from lze_bench.selectors.stats import group_stats, reward_stats
-from lze_bench.selectors.topk import gumbel_top_k_dense, top_k_mask
+from lze_bench.selectors.topk import gumbel_top_k_codes, gumbel_top_k_dense, top_k_mask
 
 
 def check_unit_interval(rewards: np.ndarray) -> None:
@@ -133,6 +134,7 @@ class LzeSelector(Selector):
     def __init__(self, config=None, *, num_prompts: int, batch_size: int | None = None):
         super().__init__(config, num_prompts=num_prompts, batch_size=batch_size)
         self.state = LzeState.empty(self.num_prompts)
+        self.work = Work()  # buffers of the prompt-order observe, reused across steps (not state)
 
     # --- forward -------------------------------------------------------------
     def begin_epoch(self, epoch, rng):
@@ -167,6 +169,10 @@ class LzeSelector(Selector):
 
     # --- backward ------------------------------------------------------------
     def observe(self, batch):
+        dense = observe_dense(self.state, batch.prompt_ids, batch.rewards, self.config, self.work)
+        if dense is not None:  # a large batch of 0/1 rewards: the same state and energies, in prompt order
+            self.state.cache_dense(dense)
+            return
         p, alive, binary = reward_stats(batch.rewards)
         if not binary:  # 0/1 rewards are in [0, 1] by construction
             check_unit_interval(batch.rewards)
@@ -187,6 +193,9 @@ class LzeSelector(Selector):
         return min(groups, k)
 
     def select_update(self, batch, step, rng):
+        dense = self.state.dense(batch.prompt_ids)
+        if dense is not None and dense.codes is not None:
+            return self._select_coded(dense, batch.num_groups, rng)
         energy, alive, card = self.state.cached(batch.prompt_ids)
         cfg, groups = self.config, batch.num_groups
         if cfg.keep_ratio >= 1:
@@ -210,6 +219,25 @@ class LzeSelector(Selector):
         spread = max(top - float(np.abs(base, out=np.empty_like(base)).min()), 0.01)  # |-inf| = inf: the min E > 0
         # the spec's one rng.gumbel(0, scale, G) vector; keys with E == 0 are -inf, never among the top min(k, #E>0)
         keep = gumbel_top_k_dense(rng, max(cfg.exploration_noise * spread, 1e-8), base, min(k, live), base_absmax=top)
+        return UpdateDecision(keep=np.logical_and(keep, alive, out=keep))
+
+    def _select_coded(self, dense, groups: int, rng) -> UpdateDecision:
+        """`select_update`'s code-variant rules on a prompt-order observe (`lze_dense`): the same decisions,
+        ranked from 16-bit energy codes with the exact energies read near the cut (`gumbel_top_k_codes`)."""
+        cfg, alive = self.config, dense.alive
+        if cfg.keep_ratio >= 1:
+            return UpdateDecision.keep_all(groups)
+        epoch = self.state.epoch
+        if epoch == 0 or epoch < cfg.warmup_epochs:
+            return UpdateDecision(keep=alive.copy())
+        k = self.keep_count(groups)
+        if k >= groups:
+            return UpdateDecision(keep=alive.copy())
+        if dense.live == 0:
+            return UpdateDecision(keep=np.zeros(groups, dtype=bool))
+        spread = max(dense.top - dense.low, 0.01)  # the same max and min positive energy as the batch path's
+        keep = gumbel_top_k_codes(rng, max(cfg.exploration_noise * spread, 1e-8), dense.codes, dense.unit,
+                                  dense.exact, min(k, dense.live), base_absmax=dense.top)
         return UpdateDecision(keep=np.logical_and(keep, alive, out=keep))
 
     # --- authors' trainer alignment ---------------------------------------------

@@ -213,13 +213,37 @@ class LzeState:
         self.cache_energy = energy
         self.cache_alive = alive
         self.cache_card = np.zeros(0) if card is None else card
+        self.pending = None
 
-    def cached(self, ids: np.ndarray):
+    def cache_dense(self, dense) -> None:
+        """Cache a prompt-order observe (`lze_dense.DenseEnergy`); its energies are gathered only when read."""
+        self.cache(dense.ids, None, dense.alive, None)
+        self.pending = dense
+
+    def dense(self, ids: np.ndarray):
+        """The prompt-order observe of this batch if its energies were not read or replaced since, else None."""
+        pending = getattr(self, "pending", None)
+        if pending is None or self.cache_energy is not None:
+            return None
+        self.check_cached(ids)
+        return pending
+
+    def check_cached(self, ids: np.ndarray) -> None:
         if ids is not self.cache_ids and not np.array_equal(ids, self.cache_ids):
             raise LzeBenchError("lze: select_update got a batch that observe() has not seen; call observe(batch) first")
+
+    def cached(self, ids: np.ndarray):
+        self.check_cached(ids)
+        self.materialize()
         return self.cache_energy, self.cache_alive, self.cache_card
 
+    def materialize(self) -> None:
+        """Gather a prompt-order observe's energies into batch order (cache_energy), once."""
+        if self.cache_energy is None and getattr(self, "pending", None) is not None:
+            self.cache_energy = self.pending.exact()
+
     def to_dict(self) -> dict:
+        self.materialize()
         return {f.name: (getattr(self, f.name).copy() if f.name in PER_PROMPT + CACHE else getattr(self, f.name))
                 for f in fields(self)}
 

@@ -192,10 +192,18 @@ def _filtered_top_k(u: np.ndarray, scale: float, base: np.ndarray, k: int,
     if not (np.isfinite(scale) and np.isfinite(base_absmax) and scale > 0):
         return None  # NaN / inf keys: the float64 path raises or ranks them as before
     key = _approx_keys(u, scale, base)
+    return _band_top_k(key, u, scale, k, _approx_delta(scale, base_absmax), base.take)
+
+
+def _band_top_k(key: np.ndarray, u: np.ndarray, scale: float, k: int, delta: float, exact_base) -> np.ndarray | None:
+    """The exact top-k of `base + gumbel(u)` from float32 keys `key` within `delta` of it (u >= SMALL_U).
+
+    `exact_base(positions)` gives the float64 base at some positions: the keys
+    of u < SMALL_U and of the band near the k-th largest are computed exactly.
+    """
     small = np.flatnonzero(u < SMALL_U)
     if small.size:  # exact float64 keys, rounded to float32: error <= 2^-24 |key| < delta
-        key[small] = _neg_log_log(u.take(small), scale) + base.take(small)
-    delta = _approx_delta(scale, base_absmax)
+        key[small] = _neg_log_log(u.take(small), scale) + exact_base(small)
     m = key.size
     kth = float(np.partition(key, m - k)[m - k])  # within delta of the exact k-th largest key
     above = np.float32(kth + 2.0 * delta)
@@ -208,10 +216,112 @@ def _filtered_top_k(u: np.ndarray, scale: float, base: np.ndarray, k: int,
     if not 0 <= need <= band.size:
         return None  # cannot happen within the error bound; the float64 path decides
     exact = _neg_log_log(u.take(band), scale)
-    exact += base.take(band)
+    exact += exact_base(band)
     if np.any(np.abs(exact - key.take(band)) > delta):
         return None  # the float32 log is less accurate than assumed: do not trust the filter
     chosen[band.take(np.flatnonzero(top_k_mask(exact, need)))] = True
+    return chosen
+
+
+SAMPLE = 1 << 14  # gumbel_top_k_codes: keys computed exactly to place the cut
+SAMPLE_Z = 3.5  # its margin, in binomial standard deviations of the sample's count above the cut
+
+
+def gumbel_top_k_codes(rng: np.random.Generator, scale: float, codes: np.ndarray, unit: float, exact, k: int,
+                       base_absmax: float | None = None) -> np.ndarray:
+    """`gumbel_top_k_dense(rng, scale, base, k)` with `base` known through one-byte codes.
+
+    `base` is `exact(None)` (float64[size]) where `codes > 0` and -inf where
+    `codes == 0`; `base` lies in `((codes - 1) unit, codes unit]` (up to a
+    relative 1e-12), and `exact(positions)` reads the float64 base at some
+    positions. The caller (LZE's prompt-order observe, `lze_dense`) then needs
+    one byte per group in batch order, and no key is computed for most
+    groups: `_threshold_top_k` places the cut from a sample of exact keys and
+    decides each group by comparing its uniform with a threshold of its code.
+    Same rng stream and the same float64 keys wherever the choice is close,
+    so the same choice (ties by position); `k` is at most the codes > 0.
+    `base_absmax` is accepted for symmetry with `gumbel_top_k_dense`.
+    """
+    codes = np.asarray(codes).reshape(-1)
+    size = codes.size
+    k = min(max(0, int(k)), size)
+    uniform = _gumbel_uniforms(rng, size)
+    if uniform is not None and 0 < k < size and size >= 4 * SAMPLE and np.isfinite(scale) and scale > 0:
+        if k == int(np.count_nonzero(codes)):  # every finite key and no -inf one: no ranking needed
+            return codes != 0
+        chosen = _threshold_top_k(uniform, float(scale), codes, float(unit), exact, k)
+        if chosen is not None:
+            return chosen
+    key = rng.gumbel(0.0, scale, size) if uniform is None else _neg_log_log(uniform, scale)
+    key += _code_base(codes, exact(None))
+    return top_k_mask(key, k)
+
+
+def _code_base(codes: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """float64: `values` where codes > 0, -inf where codes == 0 (in place over `values`)."""
+    np.copyto(values, -np.inf, where=codes == 0)
+    return values
+
+
+def _uniform_below(key: np.ndarray, scale: float) -> np.ndarray:
+    """The u with `-scale * log(-log(1 - u)) == key` (the Gumbel noise is decreasing in u)."""
+    with np.errstate(over="ignore"):
+        return -np.expm1(-np.exp(-key / scale))
+
+
+def _threshold_top_k(u: np.ndarray, scale: float, codes: np.ndarray, unit: float, exact, k: int):
+    """The exact top-k of `base + gumbel(u)` from codes, or None (the caller ranks every key).
+
+    1. A stride sample of SAMPLE keys, computed exactly, gives two cuts `H >= L`
+       around the k-th largest key (its rank +- SAMPLE_Z standard deviations).
+    2. A group is surely above H if even its lowest possible base, (code - 1)
+       unit, plus its noise exceeds H + eta: since the noise decreases in u,
+       that is `u < t_in[code]`, a table of 256 thresholds (one gather and one
+       comparison per group, no logarithm). Surely below L likewise with the
+       highest base, `u > t_out[code]`. eta (1e-9 of the keys' scale) exceeds
+       the float64 rounding of the keys and the thresholds are moved by a
+       relative 1e-9 outwards, so "surely" holds for the keys as computed.
+    3. The other groups (the band) get their exact keys; the `need = k - #above`
+       largest of them (ties by position) are chosen. This is the exact top-k
+       if the chosen band keys are >= L and the others <= H: then every
+       group above is larger than every group left out and every group below
+       smaller than every group chosen. Otherwise None.
+    """
+    size = u.size
+    stride = size // SAMPLE
+    sample = np.arange(0, stride * SAMPLE, stride)
+    sample_key = _neg_log_log(u.take(sample), scale)
+    sample_key += _code_base(codes.take(sample), exact(sample))
+    ordered = np.sort(sample_key)[::-1]
+    m, frac = sample.size, k / size
+    margin = SAMPLE_Z * float(np.sqrt(m * frac * (1.0 - frac))) + 2.0
+    high = float(ordered[max(int(frac * m - margin), 0)])
+    low = float(ordered[min(int(frac * m + margin), m - 1)])
+    if not (np.isfinite(high) and np.isfinite(low)):
+        return None
+    eta = 1e-9 * (1.0 + abs(high) + abs(low) + 40.0 * scale)
+    levels = np.arange(256, dtype=np.float64)
+    lowest = (levels - 1.0) * unit * (1.0 - 1e-12)
+    highest = levels * unit * (1.0 + 1e-12)
+    t_in = _uniform_below(high + eta - lowest, scale) * (1.0 - 1e-9)
+    t_out = _uniform_below(low - eta - highest, scale) * (1.0 + 1e-9)
+    t_in[0] = t_out[0] = -1.0  # code 0: key -inf, surely below
+    level = codes.astype(np.intp)
+    chosen = np.less(u, t_in.take(level))
+    open_ = np.less_equal(u, t_out.take(level))
+    open_ &= ~chosen
+    band = np.flatnonzero(open_)
+    need = k - int(np.count_nonzero(chosen))
+    if not 0 <= need <= band.size:
+        return None
+    band_key = _neg_log_log(u.take(band), scale)
+    band_key += _code_base(codes.take(band), exact(band))
+    picked = top_k_mask(band_key, need)
+    if need and not float(band_key[picked].min()) >= low:
+        return None
+    if need < band.size and not float(band_key[~picked].max()) <= high:
+        return None
+    chosen[band[picked]] = True
     return chosen
 
 
