@@ -117,7 +117,8 @@ def _blocks(state, marks, n, cfg, energy, codes):
     scale = CODE_LEVELS / bound
     top, low, live, valid = 0.0, np.inf, 0, True
     size = min(marks.size, BLOCK)
-    p_buf, buf, ema_new, scaled = np.empty(size), np.empty(size), np.empty(size, dtype=np.float32), np.empty(size)
+    p_buf, buf, wide, scaled = np.empty(size), np.empty(size), np.empty(size), np.empty(size)
+    ema_new, e_buf = np.empty(size, dtype=np.float32), np.empty(size)
     seen_buf = np.empty(size, dtype=bool)
     for start in range(0, marks.size, BLOCK):
         part = slice(start, start + BLOCK)
@@ -130,34 +131,37 @@ def _blocks(state, marks, n, cfg, energy, codes):
             codes[part] = 0
             continue
         seen = np.not_equal(mark, 0, out=seen_buf[:count])
-        p = np.subtract(mark, 1.0, out=p_buf[:count])  # the count c, exact in float64 (-1 where unseen)
+        p = p_buf[:count]
+        np.copyto(p, mark)
+        p -= 1.0  # the count c, exact in float64 (-1 where unseen)
         p /= n  # c / n: what np.divide(ones, n, dtype=float64) gives
-        d_init, ema, e = state.d_init[part], state.ema[part], energy[part]
+        d_init, ema, e = state.d_init[part], state.ema[part], e_buf[:count]
         if not d_init.min() >= 0:  # first sight (a NaN d_init also looks here, as in LzeState.observe)
             _first_sight(state, part, seen, p, cfg.d_init_min)
         if full:
-            energy_and_ema(p, d_init, ema, cfg, e, buf[:count])
+            energy_and_ema(p, d_init, ema, cfg, e, buf[:count], wide[:count])
             np.copyto(state.last_p[part], p, casting="same_kind")
             state.n_obs[part] += 1
         else:
             new = ema_new[:count]
             np.copyto(new, ema)
-            energy_and_ema(p, d_init, new, cfg, e, buf[:count])
+            energy_and_ema(p, d_init, new, cfg, e, buf[:count], wide[:count])
             np.copyto(ema, new, where=seen)
             np.copyto(state.last_p[part], p, where=seen, casting="same_kind")
             state.n_obs[part] += seen
             np.copyto(e, 0.0, where=~seen)
         if cfg.prune_enabled:
             _prune(state, part, seen, mark == n + 1, cfg.prune_after)
+        energy[part] = e
         hi, lo = float(e.max()), float(e.min())
         if not (lo >= 0.0 and hi <= bound):  # NaN fails too: no codes, the exact ranking path decides
             valid = False
         top = max(top, hi) if hi == hi else hi
-        live += int(np.count_nonzero(e))
         if valid:
             np.multiply(e, scale, out=scaled[:count])
             np.ceil(scaled[:count], out=scaled[:count])
             np.copyto(codes[part], scaled[:count], casting="unsafe")
+    live = int(np.count_nonzero(codes)) if valid else 0  # codes are 0 exactly where E == 0
     if valid and live:
         low = _smallest_positive(energy, codes)
     return top, low, live, valid

@@ -32,14 +32,15 @@ SOLVED = 1.0 - 1e-8  # prune_replay.py: a group counts as all-correct at p >= 1 
 BLOCK = 1 << 16  # groups per block of `energy_and_ema` (float64 temporaries of 512 KiB stay in cache)
 
 
-def energy_and_ema(p, d_init, ema, cfg, energy, buf) -> None:
+def energy_and_ema(p, d_init, ema, cfg, energy, buf, wide=None) -> None:
     """Energy of spec §5 steps 2-3 into `energy`, and step 4's EMA update of `ema` in place.
 
     The same bits as the spec's formulas evaluated straightforwardly in
     float64 from the float32 state: `E = ((1-p) p * 4) d_init * (1 + w m)`,
     `m = min(2 |p - ema|, 1)`; EMA: `ema_decay * ema` in float32 (a Python
     float adopts the array's float32) plus `(1 - ema_decay) * p` in float64,
-    rounded once to float32. `buf` is float64 scratch of the same length.
+    rounded once to float32. `buf` and `wide` (optional) are float64 scratch
+    of the same length.
 
     Two passes fewer (our choice, exact): multiplying by a power of two
     commutes with rounding unless a result is subnormal, so with `w = 0` or
@@ -49,9 +50,14 @@ def energy_and_ema(p, d_init, ema, cfg, energy, buf) -> None:
     every energy bit unchanged. Nothing here is subnormal: p is a float32
     sum / n and ema a float32, so a nonzero `t = p - ema` is >= 2^-232, and
     `(1 - p) p d_init` is 0 or >= 2^-382.
+
+    With `wide`, each float32 operand is first widened into it (exact), so
+    every float64 operation runs on float64 arrays: measured ~2x faster than
+    NumPy's buffered mixed-type loops, same values.
     """
+    widen = (lambda values: values) if wide is None else (lambda values: _widened(values, wide))
     weight = float(cfg.momentum_weight)
-    np.subtract(p, ema, out=buf)  # t, with the EMA before this step
+    np.subtract(p, widen(ema), out=buf)  # t, with the EMA before this step
     np.abs(buf, out=buf)
     if weight == 0.0 or 2.0**-600 <= weight <= 2.0**600:
         np.minimum(buf, 0.5, out=buf)
@@ -67,11 +73,20 @@ def energy_and_ema(p, d_init, ema, cfg, energy, buf) -> None:
         np.subtract(1.0, p, out=energy)
         energy *= p
         energy *= 4.0
-    energy *= d_init
+    energy *= widen(d_init)
     energy *= buf
     np.multiply(ema, cfg.ema_decay, out=ema)
     np.multiply(p, 1.0 - cfg.ema_decay, out=buf)
-    np.add(buf, ema, out=ema, casting="same_kind")
+    if wide is None:
+        np.add(buf, ema, out=ema, casting="same_kind")
+    else:  # the float64 sum, rounded once to float32 by the copy (what the mixed add's output cast does)
+        buf += widen(ema)
+        np.copyto(ema, buf, casting="same_kind")
+
+
+def _widened(values: np.ndarray, wide: np.ndarray) -> np.ndarray:
+    np.copyto(wide, values)
+    return wide
 
 
 @dataclass
