@@ -118,8 +118,8 @@ def _blocks(state, marks, n, cfg, energy, codes):
     top, low, live, valid = 0.0, np.inf, 0, True
     size = min(marks.size, BLOCK)
     p_buf, buf, wide, scaled = np.empty(size), np.empty(size), np.empty(size), np.empty(size)
-    ema_new, e_buf = np.empty(size, dtype=np.float32), np.empty(size)
-    seen_buf = np.empty(size, dtype=bool)
+    e_buf, ema_buf = np.empty(size), np.empty(size, dtype=np.float32)
+    mask_buf, word_buf = np.empty(size, dtype=np.uint32), np.empty(size, dtype=np.uint32)
     for start in range(0, marks.size, BLOCK):
         part = slice(start, start + BLOCK)
         mark = marks[part]
@@ -130,28 +130,29 @@ def _blocks(state, marks, n, cfg, energy, codes):
             energy[part] = 0.0
             codes[part] = 0
             continue
-        seen = np.not_equal(mark, 0, out=seen_buf[:count])
-        p = p_buf[:count]
-        np.copyto(p, mark)
-        p -= 1.0  # the count c, exact in float64 (-1 where unseen)
-        p /= n  # c / n: what np.divide(ones, n, dtype=float64) gives
+        p = _rates(mark, n, p_buf[:count])  # 0 where unseen: their energy is then 0 (finite state)
         d_init, ema, e = state.d_init[part], state.ema[part], e_buf[:count]
         if not d_init.min() >= 0:  # first sight (a NaN d_init also looks here, as in LzeState.observe)
-            _first_sight(state, part, seen, p, cfg.d_init_min)
+            at = np.flatnonzero(mark)
+            _first_sight(state, start + at, p.take(at), cfg.d_init_min)
         if full:
             energy_and_ema(p, d_init, ema, cfg, e, buf[:count], wide[:count])
             np.copyto(state.last_p[part], p, casting="same_kind")
             state.n_obs[part] += 1
-        else:
-            new = ema_new[:count]
+            if cfg.prune_enabled:
+                _prune(state, part, mark == n + 1, cfg.prune_after)
+        else:  # unseen prompts keep their state: the updates are blended in by bit masks
+            seen = np.not_equal(mark, 0)
+            keep = _word_mask(seen, mask_buf[:count])
+            new = ema_buf[:count]
             np.copyto(new, ema)
             energy_and_ema(p, d_init, new, cfg, e, buf[:count], wide[:count])
-            np.copyto(ema, new, where=seen)
-            np.copyto(state.last_p[part], p, where=seen, casting="same_kind")
-            state.n_obs[part] += seen
-            np.copyto(e, 0.0, where=~seen)
-        if cfg.prune_enabled:
-            _prune(state, part, seen, mark == n + 1, cfg.prune_after)
+            _blend(ema, new, keep, word_buf[:count])
+            np.copyto(new, p, casting="same_kind")
+            _blend(state.last_p[part], new, keep, word_buf[:count])
+            np.add(state.n_obs[part], seen.view(np.uint8), out=state.n_obs[part], casting="unsafe")
+            if cfg.prune_enabled:
+                _prune_seen(state, part, seen, mark == n + 1, cfg.prune_after)
         energy[part] = e
         hi, lo = float(e.max()), float(e.min())
         if not (lo >= 0.0 and hi <= bound):  # NaN fails too: no codes, the exact ranking path decides
@@ -174,25 +175,57 @@ def _smallest_positive(energy: np.ndarray, codes: np.ndarray) -> float:
     return float(energy.take(np.flatnonzero(codes == lowest)).min())
 
 
-def _first_sight(state, part, seen, p, d_init_min) -> None:
-    """`LzeState.first_sight` for the block's marked prompts with d_init < 0 (the same float64 values)."""
-    fresh = np.flatnonzero(seen & (state.d_init[part] < 0))
+def _rates(mark: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
+    """float64 c / n from marks c + 1 (0 where unmarked): what np.divide(ones, n, dtype=float64) gives."""
+    np.copyto(out, mark)
+    out -= 1.0  # c, exact in float64
+    np.maximum(out, 0.0, out=out)
+    out /= n
+    return out
+
+
+def _word_mask(seen: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """uint32: all ones where seen, 0 elsewhere."""
+    np.copyto(out, seen.view(np.uint8))
+    return np.negative(out, out=out)
+
+
+def _blend(target: np.ndarray, new: np.ndarray, mask: np.ndarray, work: np.ndarray) -> None:
+    """float32 `target = where(mask, new, target)` by bits (measured ~2x faster than a masked copy)."""
+    old = target.view(np.uint32)
+    np.bitwise_xor(old, new.view(np.uint32), out=work)
+    work &= mask
+    old ^= work
+
+
+def _first_sight(state, where: np.ndarray, p: np.ndarray, d_init_min: float) -> None:
+    """`LzeState.first_sight` for the prompts `where` (p their pass rates) with d_init < 0: the same values."""
+    fresh = np.flatnonzero(state.d_init.take(where) < 0)
     if fresh.size:
-        first = p.take(fresh)
-        state.d_init[part][fresh] = np.maximum(1.0 - first, d_init_min)
-        state.ema[part][fresh] = first
-        state.first_epoch[part][fresh] = state.epoch
+        first, ids = p.take(fresh), where.take(fresh)
+        state.d_init[ids] = np.maximum(1.0 - first, d_init_min)
+        state.ema[ids] = first
+        state.first_epoch[ids] = state.epoch
 
 
-def _prune(state, part, seen, solved_at, prune_after) -> None:
-    """`LzeState.update_pruner`'s large-batch rule on one block (solved: p >= SOLVED, i.e. every answer right)."""
+def _prune(state, part: slice, solved: np.ndarray, prune_after: int) -> None:
+    """`LzeState.update_pruner` for every prompt of a block: a replayed prompt stays pruned only if still
+    solved, the others prune after a streak of solved observations."""
+    streak = state.streak[part]
+    streak += 1
+    streak *= solved  # where(solved, streak + 1, 0)
+    np.copyto(state.pruned[part], np.where(state.replay[part], solved, streak >= prune_after))
+
+
+def _prune_seen(state, part: slice, seen: np.ndarray, solved: np.ndarray, prune_after: int) -> None:
+    """`_prune` for the seen prompts of a block (`LzeState.update_pruner`'s large-batch rule)."""
     streak, pruned, replay = state.streak[part], state.pruned[part], state.replay[part]
-    streak += seen
-    streak *= np.greater_equal(solved_at, seen)  # seen and unsolved: 0; others keep their value
+    np.add(streak, seen.view(np.uint8), out=streak, casting="unsafe")
+    streak *= np.greater_equal(solved, seen)  # seen and unsolved: 0; others keep their value
     rule = streak >= prune_after
-    flip = np.bitwise_xor(rule, solved_at)
+    flip = np.bitwise_xor(rule, solved)
     flip &= replay
     rule ^= flip  # where(replay, solved, streak >= prune_after)
     np.bitwise_xor(rule, pruned, out=flip)
     flip &= seen
-    pruned ^= flip
+    pruned ^= flip  # pruned = rule where seen, unchanged elsewhere
