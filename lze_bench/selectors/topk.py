@@ -277,7 +277,8 @@ def _threshold_top_k(u: np.ndarray, scale: float, codes: np.ndarray, unit: float
     2. A group is surely above H if even its lowest possible base, (code - 1)
        unit, plus its noise exceeds H + eta: since the noise decreases in u,
        that is `u < t_in[code]`, a table of 256 thresholds (one gather and one
-       comparison per group, no logarithm). Surely below L likewise with the
+       comparison per group, no logarithm; in float32 with the thresholds
+       moved inwards by more than its rounding). Surely below L likewise with the
        highest base, `u > t_out[code]`. eta (1e-9 of the keys' scale) exceeds
        the float64 rounding of the keys and the thresholds are moved by a
        relative 1e-9 outwards, so "surely" holds for the keys as computed.
@@ -306,9 +307,14 @@ def _threshold_top_k(u: np.ndarray, scale: float, codes: np.ndarray, unit: float
     t_in = _uniform_below(high + eta - lowest, scale) * (1.0 - 1e-9)
     t_out = _uniform_below(low - eta - highest, scale) * (1.0 + 1e-9)
     t_in[0] = t_out[0] = -1.0  # code 0: key -inf, surely below
+    # compared in float32, half the bytes: u32 = fl32(u) is within a relative 2^-24 of u, so moving each
+    # threshold a relative 2^-20 inwards keeps both tests sound (u32 < in32 => u < t_in; u32 > out32 => u > t_out)
+    in32 = np.nextafter(np.float32(t_in * (1.0 - 2.0**-20)), np.float32(-np.inf))
+    out32 = np.nextafter(np.float32(t_out * (1.0 + 2.0**-20)), np.float32(np.inf))
     level = codes.astype(np.intp)
-    chosen = np.less(u, t_in.take(level))
-    open_ = np.less_equal(u, t_out.take(level))
+    u32 = u.astype(np.float32)
+    chosen = np.less(u32, in32.take(level))
+    open_ = np.less_equal(u32, out32.take(level))
     open_ &= ~chosen
     band = np.flatnonzero(open_)
     need = k - int(np.count_nonzero(chosen))
