@@ -118,7 +118,7 @@ def _blocks(state, marks, n, cfg, energy, codes):
     top, low, live, valid = 0.0, np.inf, 0, True
     size = min(marks.size, BLOCK)
     p_buf, buf, wide, scaled = np.empty(size), np.empty(size), np.empty(size), np.empty(size)
-    e_buf, ema_buf = np.empty(size), np.empty(size, dtype=np.float32)
+    ema_buf = np.empty(size, dtype=np.float32)
     mask_buf, word_buf = np.empty(size, dtype=np.uint32), np.empty(size, dtype=np.uint32)
     for start in range(0, marks.size, BLOCK):
         part = slice(start, start + BLOCK)
@@ -130,8 +130,8 @@ def _blocks(state, marks, n, cfg, energy, codes):
             energy[part] = 0.0
             codes[part] = 0
             continue
-        p = _rates(mark, n, p_buf[:count])  # 0 where unseen: their energy is then 0 (finite state)
-        d_init, ema, e = state.d_init[part], state.ema[part], e_buf[:count]
+        p = _rates(mark, n, p_buf[:count], full)  # 0 where unseen: their energy is then 0 (finite state)
+        d_init, ema, e = state.d_init[part], state.ema[part], energy[part]
         if not d_init.min() >= 0:  # first sight (a NaN d_init also looks here, as in LzeState.observe)
             at = np.flatnonzero(mark)
             _first_sight(state, start + at, p.take(at), cfg.d_init_min)
@@ -153,15 +153,13 @@ def _blocks(state, marks, n, cfg, energy, codes):
             np.add(state.n_obs[part], seen.view(np.uint8), out=state.n_obs[part], casting="unsafe")
             if cfg.prune_enabled:
                 _prune_seen(state, part, seen, mark == n + 1, cfg.prune_after)
-        energy[part] = e
         hi, lo = float(e.max()), float(e.min())
         if not (lo >= 0.0 and hi <= bound):  # NaN fails too: no codes, the exact ranking path decides
             valid = False
         top = max(top, hi) if hi == hi else hi
         if valid:
             np.multiply(e, scale, out=scaled[:count])
-            np.ceil(scaled[:count], out=scaled[:count])
-            np.copyto(codes[part], scaled[:count], casting="unsafe")
+            np.ceil(scaled[:count], out=codes[part], casting="unsafe")  # in [0, 255]: checked above
     live = int(np.count_nonzero(codes)) if valid else 0  # codes are 0 exactly where E == 0
     if valid and live:
         low = _smallest_positive(energy, codes)
@@ -175,12 +173,19 @@ def _smallest_positive(energy: np.ndarray, codes: np.ndarray) -> float:
     return float(energy.take(np.flatnonzero(codes == lowest)).min())
 
 
-def _rates(mark: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
-    """float64 c / n from marks c + 1 (0 where unmarked): what np.divide(ones, n, dtype=float64) gives."""
-    np.copyto(out, mark)
-    out -= 1.0  # c, exact in float64
-    np.maximum(out, 0.0, out=out)
-    out /= n
+def _rates(mark: np.ndarray, n: int, out: np.ndarray, full: bool) -> np.ndarray:
+    """float64 c / n from marks c + 1 (0 where unmarked): what np.divide(ones, n, dtype=float64) gives.
+
+    c is exact in float64; for n a power of two, c * (1/n) is c / n exactly (a power-of-two scaling,
+    nothing subnormal) and a multiplication is cheaper than a division.
+    """
+    np.subtract(mark, 1.0, out=out)  # c
+    if not full:
+        np.maximum(out, 0.0, out=out)
+    if n & (n - 1) == 0:
+        out *= 1.0 / n
+    else:
+        out /= n
     return out
 
 
