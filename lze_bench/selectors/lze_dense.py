@@ -16,8 +16,8 @@ the exact float64 energies read only for the few groups near the cut
 when asked.
 
 Taken only when exact: 0/1 rewards (`stats.binary_ones`), n <= 254 (a count
-+ 1 fits a byte), ids unique (checked: as many marks as groups), the code
-variant. Anything else, or any block whose energies are not finite in
++ 1 fits a byte), the code variant; ids are unique (`RolloutBatch` refuses
+repeated ones). Anything else, or any block whose energies are not finite in
 [0, `bound`], keeps the exact per-batch path (no codes: `select_update`
 ranks the gathered float64 energies as before).
 """
@@ -100,9 +100,7 @@ def observe_dense(state, ids: np.ndarray, rewards: np.ndarray, cfg, work: Work) 
     n = rewards.shape[1]
     marks = work.get("marks", num, np.uint8)
     marks.fill(0)
-    marks[ids] = np.add(ones, 1, dtype=np.uint8)
-    if np.count_nonzero(marks) != ids.size:  # a repeated id: the per-batch path gives each row its own energy
-        return None
+    marks[ids] = np.add(ones, 1, dtype=np.uint8)  # ids are unique: RolloutBatch refuses repeated ones
     energy = work.get("energy", num, np.float64)
     codes = work.get("codes", num, np.uint8)
     top, low, live, valid = _blocks(state, marks, n, cfg, energy, codes)

@@ -245,11 +245,18 @@ def gumbel_top_k_codes(rng: np.random.Generator, scale: float, codes: np.ndarray
     codes = np.asarray(codes).reshape(-1)
     size = codes.size
     k = min(max(0, int(k)), size)
-    uniform = _gumbel_uniforms(rng, size)
-    if uniform is not None and 0 < k < size and size >= 4 * SAMPLE and np.isfinite(scale) and scale > 0:
+    state = rng.bit_generator.state
+    uniform = rng.random(size)
+    # float32 copies of the uniforms for the threshold tests; a zero among them is a zero uniform (u >= 2^-53
+    # otherwise), which NumPy's gumbel rejects and redraws: then its own stream decides (`_gumbel_uniforms`)
+    u32 = uniform.astype(np.float32)
+    if size and u32.min() == 0.0:
+        rng.bit_generator.state = state
+        uniform = None
+    elif 0 < k < size and size >= 4 * SAMPLE and np.isfinite(scale) and scale > 0:
         if k == int(np.count_nonzero(codes)):  # every finite key and no -inf one: no ranking needed
             return codes != 0
-        chosen = _threshold_top_k(uniform, float(scale), codes, float(unit), exact, k)
+        chosen = _threshold_top_k(uniform, u32, float(scale), codes, float(unit), exact, k)
         if chosen is not None:
             return chosen
     key = rng.gumbel(0.0, scale, size) if uniform is None else _neg_log_log(uniform, scale)
@@ -269,7 +276,7 @@ def _uniform_below(key: np.ndarray, scale: float) -> np.ndarray:
         return -np.expm1(-np.exp(-key / scale))
 
 
-def _threshold_top_k(u: np.ndarray, scale: float, codes: np.ndarray, unit: float, exact, k: int):
+def _threshold_top_k(u: np.ndarray, u32: np.ndarray, scale: float, codes: np.ndarray, unit: float, exact, k: int):
     """The exact top-k of `base + gumbel(u)` from codes, or None (the caller ranks every key).
 
     1. A stride sample of SAMPLE keys, computed exactly, gives two cuts `H >= L`
@@ -312,7 +319,6 @@ def _threshold_top_k(u: np.ndarray, scale: float, codes: np.ndarray, unit: float
     in32 = np.nextafter(np.float32(t_in * (1.0 - 2.0**-20)), np.float32(-np.inf))
     out32 = np.nextafter(np.float32(t_out * (1.0 + 2.0**-20)), np.float32(np.inf))
     level = codes.astype(np.intp)
-    u32 = u.astype(np.float32)
     chosen = np.less(u32, in32.take(level))
     open_ = np.less_equal(u32, out32.take(level))
     open_ &= ~chosen
@@ -327,7 +333,7 @@ def _threshold_top_k(u: np.ndarray, scale: float, codes: np.ndarray, unit: float
         return None
     if need < band.size and not float(band_key[~picked].max()) <= high:
         return None
-    chosen[band[picked]] = True
+    chosen[band.take(np.flatnonzero(picked))] = True
     return chosen
 
 
