@@ -42,7 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SELECTORS = REPO / "lze_bench" / "selectors"
 SKIP_FILES = {"__init__.py", "stats.py", "topk.py"}
-TESTS = ["tests/test_selectors_ragged.py", "tests/test_selectors_pods.py", "tests/test_selectors_curricula.py", "tests/test_selectors_spec.py", "tests/test_selectors.py", "tests/test_selector_contracts.py",
+TESTS = ["tests/test_lze_dense.py", "tests/test_selectors_ragged.py", "tests/test_selectors_pods.py", "tests/test_selectors_curricula.py", "tests/test_selectors_spec.py", "tests/test_selectors.py", "tests/test_selector_contracts.py",
          "tests/test_replay.py", "tests/test_step_rounds.py", "tests/test_selector_kernels.py",
          "tests/test_predictor.py"]
 
