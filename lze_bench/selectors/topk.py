@@ -2,7 +2,8 @@
 
 Exact and fast at 10^6 keys: `top_k_mask` is O(m) (one partition), the
 Gumbel helpers draw exactly the stream of one `rng.gumbel(0, scale, m)` and
-compute noise only where it can matter. Every function returns what the
+compute noise only where it can matter; `gumbel_top_k_codes` ranks keys
+whose base is known through one-byte codes without a logarithm per key. Every function returns what the
 straightforward formula returns (tests/test_selector_kernels.py checks it on
 random inputs with ties); the docstrings say why each shortcut is exact.
 """
