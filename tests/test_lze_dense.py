@@ -117,6 +117,7 @@ def test_code_ranking_equals_one_gumbel_vector_and_stable_top_k(trial):
     levels = int(rng.choice([4, 37, 10**6]))  # few levels: many exact ties in the energies
     energy = np.round(rng.random(BIG) * 1.3 * levels) / levels
     energy[rng.random(BIG) < rng.uniform(0.0, 0.5)] = 0.0
+    energy[: 3 + trial] = 1.3  # LZE's largest energy (d_init 1, p 1/2, momentum 1): the top code
     if trial % 4 == 3:  # defeat the stride sample: every sampled position low, every other one high
         energy = np.where(np.arange(BIG) % (BIG // SAMPLE) == 0, 0.01, 1.2)
     codes, unit = coded(energy)

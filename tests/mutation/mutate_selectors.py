@@ -148,6 +148,16 @@ EQUIVALENT = {
 
 # (substring of the line, mutation) -> reason, for every file
 EQUIVALENT_PATTERNS = {
+    ("MAX_SAMPLES = 254  # a group's correct count + 1 must fit a byte", "254 -> 255"):
+        "n = 249..255 never reaches the prompt-order path: binary_ones reads rows of n in {1, 2, 4} or 8k",
+    ("or rewards.shape[1] > MAX_SAMPLES:", "> -> >="):
+        "n = 254 never reaches the prompt-order path: binary_ones reads rows of n in {1, 2, 4} or 8k",
+    ("BLOCK = 1 << 15  # prompts per block", "*"):
+        "lze_dense's block size: the blocks are independent prompt ranges, any size gives the same values",
+    ("return (1.0 + float(cfg.momentum_weight)) * (1.0 + 1e-12)", "1.0 -> 2.0"):
+        "a larger energy bound only makes the codes coarser (any bound >= every energy ranks exactly)",
+    ("return (1.0 + float(cfg.momentum_weight)) * (1.0 + 1e-12)", "1e-12 -> 2e-12"):
+        "a larger energy bound only makes the codes coarser (any bound >= every energy ranks exactly)",
     ("if weight == 0.0 or 2.0**-600 <= weight <= 2.0**600:", "*"):
         "guard of an exact fast path: both branches give the same energy bits (lze_state.energy_and_ema)",
     ("where = np.flatnonzero(self.d_init[ids] < 0)", "< -> <="):
