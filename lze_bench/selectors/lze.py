@@ -198,10 +198,9 @@ class LzeSelector(Selector):
         return min(groups, k)
 
     def select_update(self, batch, step, rng):
-        dense = self.state.dense(batch.prompt_ids)
-        if dense is not None and dense.codes is not None:
-            return self._select_coded(dense, batch.num_groups, rng)
-        energy, alive, card = self.state.cached(batch.prompt_ids)
+        dense = self.state.dense(batch.prompt_ids)  # a prompt-order observe (lze_dense), or None
+        coded = dense is not None and dense.codes is not None
+        energy, alive, card = (None, dense.alive, None) if coded else self.state.cached(batch.prompt_ids)
         cfg, groups = self.config, batch.num_groups
         if cfg.keep_ratio >= 1:
             return UpdateDecision.keep_all(groups)  # baseline launcher: nothing dropped, dead groups included
@@ -215,34 +214,22 @@ class LzeSelector(Selector):
             key = card / cfg.tau + rng.gumbel(size=groups)
             key[~alive] = -np.inf
             return UpdateDecision(keep=alive & top_k_mask(key, min(k, int(np.count_nonzero(alive)))))
-        positive = energy > 0
-        live = int(np.count_nonzero(positive))
+        if coded:  # the same live count, largest and smallest positive energy, kept by the observe
+            base, live, top, low = None, dense.live, dense.top, dense.low
+        else:
+            positive = energy > 0
+            live = int(np.count_nonzero(positive))
+            top = float(energy.max())  # energies are >= 0: the max over E > 0 is the max over all (NaN propagates)
+            base = np.where(positive, energy, -np.inf)  # the spec's key without noise: -inf for E == 0
+            low = float(np.abs(base, out=np.empty_like(base)).min())  # |-inf| = inf: the smallest E > 0
         if live == 0:
             return UpdateDecision(keep=np.zeros(groups, dtype=bool))
-        top = float(energy.max())  # energies are >= 0: the max over E > 0 is the max over all (NaN propagates)
-        base = np.where(positive, energy, -np.inf)  # the spec's key without noise: -inf for E == 0
-        spread = max(top - float(np.abs(base, out=np.empty_like(base)).min()), 0.01)  # |-inf| = inf: the min E > 0
+        scale = max(cfg.exploration_noise * max(top - low, 0.01), 1e-8)
         # the spec's one rng.gumbel(0, scale, G) vector; keys with E == 0 are -inf, never among the top min(k, #E>0)
-        keep = gumbel_top_k_dense(rng, max(cfg.exploration_noise * spread, 1e-8), base, min(k, live), base_absmax=top)
-        return UpdateDecision(keep=np.logical_and(keep, alive, out=keep))
-
-    def _select_coded(self, dense, groups: int, rng) -> UpdateDecision:
-        """`select_update`'s code-variant rules on a prompt-order observe (`lze_dense`): the same decisions,
-        ranked from 16-bit energy codes with the exact energies read near the cut (`gumbel_top_k_codes`)."""
-        cfg, alive = self.config, dense.alive
-        if cfg.keep_ratio >= 1:
-            return UpdateDecision.keep_all(groups)
-        epoch = self.state.epoch
-        if epoch == 0 or epoch < cfg.warmup_epochs:
-            return UpdateDecision(keep=alive.copy())
-        k = self.keep_count(groups)
-        if k >= groups:
-            return UpdateDecision(keep=alive.copy())
-        if dense.live == 0:
-            return UpdateDecision(keep=np.zeros(groups, dtype=bool))
-        spread = max(dense.top - dense.low, 0.01)  # the same max and min positive energy as the batch path's
-        keep = gumbel_top_k_codes(rng, max(cfg.exploration_noise * spread, 1e-8), dense.codes, dense.unit,
-                                  dense.exact, min(k, dense.live), base_absmax=dense.top)
+        if coded:  # ranked from the one-byte energy codes, exact energies read near the cut
+            keep = gumbel_top_k_codes(rng, scale, dense.codes, dense.unit, dense.exact, min(k, live))
+        else:
+            keep = gumbel_top_k_dense(rng, scale, base, min(k, live), base_absmax=top)
         return UpdateDecision(keep=np.logical_and(keep, alive, out=keep))
 
     # --- authors' trainer alignment ---------------------------------------------

@@ -228,8 +228,8 @@ SAMPLE = 1 << 14  # gumbel_top_k_codes: keys computed exactly to place the cut
 SAMPLE_Z = 3.5  # its margin, in binomial standard deviations of the sample's count above the cut
 
 
-def gumbel_top_k_codes(rng: np.random.Generator, scale: float, codes: np.ndarray, unit: float, exact, k: int,
-                       base_absmax: float | None = None) -> np.ndarray:
+def gumbel_top_k_codes(rng: np.random.Generator, scale: float, codes: np.ndarray, unit: float, exact,
+                       k: int) -> np.ndarray:
     """`gumbel_top_k_dense(rng, scale, base, k)` with `base` known through one-byte codes.
 
     `base` is `exact(None)` (float64[size]) where `codes > 0` and -inf where
@@ -241,7 +241,6 @@ def gumbel_top_k_codes(rng: np.random.Generator, scale: float, codes: np.ndarray
     decides each group by comparing its uniform with a threshold of its code.
     Same rng stream and the same float64 keys wherever the choice is close,
     so the same choice (ties by position); `k` is at most the codes > 0.
-    `base_absmax` is accepted for symmetry with `gumbel_top_k_dense`.
     """
     codes = np.asarray(codes).reshape(-1)
     size = codes.size

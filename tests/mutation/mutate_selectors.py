@@ -2,6 +2,7 @@
 
     python3 tests/mutation/mutate_selectors.py [--files lze.py,greso.py] [--json out.json] [--jobs 2]
     python3 tests/mutation/mutate_selectors.py --rerun out.json     # only the survivors of an earlier run
+    python3 tests/mutation/mutate_selectors.py --since REV          # only lines changed since git REV
 
 For every selector module (lze_bench/selectors/*.py but the speed kernels
 `stats.py` and `topk.py`, which tests/test_selector_kernels.py checks against
@@ -349,6 +350,20 @@ def run_mutant(root: Path, rel: str, row: int, mutated: str, original: list[str]
         target.write_text("".join(original))
 
 
+def changed_rows(path: Path, since: str) -> set[int]:
+    """Line numbers of `path` added or changed since git revision `since` (every line of a new file)."""
+    import subprocess
+
+    diff = subprocess.run(["git", "diff", "-U0", since, "--", str(path)], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout
+    rows = set()
+    for line in diff.splitlines():
+        if line.startswith("@@"):  # @@ -a,b +c,d @@: d lines from c (d omitted = 1)
+            start, _, count = line.split()[2][1:].partition(",")
+            rows.update(range(int(start), int(start) + int(count or 1)))
+    return rows
+
+
 def copy_checkout(dest: Path) -> Path:
     for name in ("lze_bench", "tests", "sweeps", "evals", "pyproject.toml", "README.md"):
         src = REPO / name
@@ -365,6 +380,8 @@ def main() -> int:
     parser.add_argument("--json", default=None, help="write the full result here")
     parser.add_argument("--jobs", type=int, default=1, help="mutants run at once (each in its own copy)")
     parser.add_argument("--list", action="store_true", help="only list the mutants")
+    parser.add_argument("--since", default=None,
+                        help="a git revision: mutate only the lines added or changed since it (a new file: all)")
     parser.add_argument("--rerun", default=None,
                         help="a previous --json result: run only its survivors (matched by file, code, mutation; "
                              "its equivalent mutants are not run again)")
@@ -372,6 +389,9 @@ def main() -> int:
     files = [SELECTORS / f for f in args.files.split(",") if f] or sorted(
         p for p in SELECTORS.glob("*.py") if p.name not in SKIP_FILES)
     work = [(path, *m) for path in files for m in mutants(path)]
+    if args.since:
+        changed = {path: changed_rows(path, args.since) for path in files}
+        work = [w for w in work if w[1] in changed[w[0]]]
     if args.rerun:
         previous = json.loads(Path(args.rerun).read_text())["mutants"]
         wanted = {(r["file"], r["code"], r["mutation"]) for r in previous if r["status"] == "survived"}
