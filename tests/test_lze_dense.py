@@ -17,23 +17,30 @@ from lze_bench.selectors import lze as lze_module
 from lze_bench.selectors import stats, topk
 from lze_bench.selectors.base import step_rng
 from lze_bench.selectors.lze import LzeConfig
-from lze_bench.selectors.lze_dense import CODE_LEVELS, energy_bound
+from lze_bench.selectors.lze_dense import CODE_LEVELS, energy_bound, energy_codes
 from lze_bench.selectors.lze_state import energy_and_ema
 from lze_bench.selectors.topk import SAMPLE, gumbel_top_k_codes, top_k_mask
 
 BIG = 4 * SAMPLE + 4465  # enough groups for the threshold kernel (below 4 * SAMPLE it ranks every key)
 
 
-def run(name, num, n, fractions, overrides, seed=0, checkpoint_at=()):
-    """Decisions and final state of `steps` LZE steps on batches of `fraction * num` prompts (0/1 rewards)."""
+def run(name, num, n, fractions, overrides, seed=0, checkpoint_at=(), ordered=False, state=None):
+    """Decisions and final state of LZE steps on batches of `fraction * num` prompts (0/1 rewards).
+
+    ordered: the candidates in prompt order (a part batch leaves whole blocks of prompts unmarked);
+    state: a function that edits the selector's state dict before the first step.
+    """
     selector = build_selector(SELECTORS[name].Config(**overrides), num_prompts=num, batch_size=num)
+    if state is not None:
+        selector.load_state_dict(state(selector.state_dict()))
     rate = np.random.default_rng([seed, num]).random(num)
     decisions = []
     for step, fraction in enumerate(fractions):
         if step in (2, 5):  # epoch 1 from step 2: the top-k path
             selector.begin_epoch(step // 2, step_rng(seed, step, 2))
         rng = np.random.default_rng([seed, step])
-        ids = selector.select_rollout(rng.permutation(num), max(1, int(num * fraction)), step, step_rng(seed, step, 0))
+        candidates = np.arange(num) if ordered else rng.permutation(num)
+        ids = selector.select_rollout(candidates, max(1, int(num * fraction)), step, step_rng(seed, step, 0))
         rewards = (rng.random((ids.size, n), dtype=np.float32) < rate[ids, None]).astype(np.float32)
         batch = RolloutBatch(prompt_ids=ids, rewards=rewards, step=step)
         selector.observe(batch)
@@ -78,8 +85,10 @@ class Spy:
 
 CASES = [
     ("lze", BIG, 8, (1.0, 0.5, 1.0, 0.3, 1.0, 1.0), {}),
+    ("lze", BIG, 32, (1.0, 1.0, 1.0, 1.0, 1.0), {"d_init_min": 0.0}),  # energies below one code unit
     ("lze_full", 5 * SAMPLE, 8, (1.0, 1.0, 1.0, 0.6, 1.0, 1.0), {}),  # pruned prompts: partly marked blocks
-    ("lze", BIG, 4, (1.0, 1.0, 1.0, 0.26, 1.0), {"d_init_min": 0.0}),
+    ("lze", BIG, 4, (0.5, 1.0, 1.0, 0.26, 1.0), {"d_init_min": 0.0}),  # anchors d_init = 0 beside unanchored
+    ("lze", 9000, 24, (1.0, 1.0, 1.0, 1.0), {}),  # c / 24 is not c * (1 / 24) for some c
     ("lze", 9000, 16, (1.0, 0.4, 1.0, 1.0), {"momentum_weight": 1e-300}),  # the unfolded energy branch
     ("lze", 9000, 1, (1.0, 1.0, 0.5, 1.0), {"exploration_noise": 0.0}),
     ("lze_full", 9000, 4, (0.9, 0.9, 0.9, 0.9, 0.9), {"prune_after": 1, "replay_ratio": 0.5}),
@@ -99,10 +108,47 @@ def test_prompt_order_path_equals_the_per_batch_path(monkeypatch, name, num, n, 
     assert_same(fast, slow)
 
 
+def test_whole_blocks_of_unmarked_prompts(monkeypatch):
+    """A batch of the first prompts in prompt order: the later blocks hold no batch prompt."""
+    fractions = (0.3, 0.5, 0.3, 0.3)
+    spy = Spy(monkeypatch)
+    fast = run("lze", BIG, 8, fractions, {}, ordered=True)
+    assert spy.dense == len(fractions)
+    with monkeypatch.context() as off:
+        off.setattr(lze_module, "observe_dense", lambda *args: None)
+        slow = run("lze", BIG, 8, fractions, {}, ordered=True)
+    assert_same(fast, slow)
+
+
+def test_the_card_variant_keeps_the_per_batch_path(monkeypatch):
+    """The card variant ranks by the EMA after the update: its large batches are observed per batch."""
+    spy = Spy(monkeypatch)
+    decisions, _ = run("lze", 5000, 8, (1.0, 1.0, 1.0, 1.0), {"variant": "card"})
+    assert spy.dense == 0 and all(keep.sum() < keep.size for _, keep in decisions[2:])
+
+
+def test_energies_outside_the_code_range_rank_exactly(monkeypatch):
+    """A loaded state with d_init > 1 (energies above the codes' bound): no codes, the exact ranking."""
+    def inflated(state):
+        state["d_init"][: BIG // 3] = 1.02  # anchored, above the largest the rules write (1): codes would wrap
+        state["ema"][: BIG // 3] = 0.0
+        return state
+
+    fractions = (1.0, 1.0, 1.0, 1.0)
+    spy = Spy(monkeypatch)
+    fast = run("lze", BIG, 8, fractions, {}, state=inflated)
+    assert spy.dense == len(fractions) and spy.threshold == 0
+    with monkeypatch.context() as off:
+        off.setattr(lze_module, "observe_dense", lambda *args: None)
+        slow = run("lze", BIG, 8, fractions, {}, state=inflated)
+    assert_same(fast, slow)
+
+
 def coded(energy: np.ndarray, weight: float = 0.3):
-    """LZE's codes of non-negative energies (`lze_dense._blocks`) and their unit."""
+    """LZE's codes of non-negative energies (`lze_dense.energy_codes`) and their unit."""
     bound = energy_bound(LzeConfig(momentum_weight=weight))
-    codes = np.ceil(energy * (CODE_LEVELS / bound)).astype(np.uint8)
+    codes = np.empty(energy.size, dtype=np.uint8)
+    energy_codes(energy, CODE_LEVELS / bound, np.empty(energy.size), codes)
     return codes, bound / CODE_LEVELS
 
 

@@ -43,11 +43,11 @@ class DenseEnergy:
     energy   float64[N]  exact energies at the batch's prompts (0 elsewhere); a work buffer, valid until the
                          next observe
     codes    uint8[G]    ceil(E / unit) per group (0 iff E == 0), or None when the energies were not all finite
-                         in [0, bound]
+                         in [0, bound] (then unit, top, low and live are None too: nothing is ranked from codes)
     unit     float       the code unit: |codes * unit - E| <= unit + 2^-50 E
     alive    bool[G]     0 < correct < n (a non-zero GRPO advantage)
     top      float       the largest energy of the batch
-    low      float       the smallest positive energy (inf if none)
+    low      float       the smallest positive energy (None if none)
     live     int         groups with E > 0
     """
 
@@ -101,17 +101,21 @@ def observe_dense(state, ids: np.ndarray, rewards: np.ndarray, cfg, work: Work) 
     marks[ids] = np.add(ones, 1, dtype=np.uint8)  # ids are unique: RolloutBatch refuses repeated ones
     energy = work.get("energy", num, np.float64)
     codes = work.get("codes", num, np.uint8)
-    top, low, live, valid = _blocks(state, marks, n, cfg, energy, codes)
+    top, valid = _blocks(state, marks, n, cfg, energy, codes)
     alive = np.less(ones - ones.dtype.type(1), n - 1)  # 0 < ones < n: unsigned 0 - 1 wraps to the max
-    return DenseEnergy(ids=ids, energy=energy, codes=codes.take(ids) if valid else None,
-                       unit=energy_bound(cfg) / CODE_LEVELS, alive=alive, top=top, low=low, live=live)
+    if not valid:  # no codes: select_update gathers the exact energies and ranks them as the per-batch path
+        return DenseEnergy(ids=ids, energy=energy, codes=None, unit=None, alive=alive, top=None, low=None,
+                           live=None)
+    live = int(np.count_nonzero(codes))  # codes are 0 exactly where E == 0 (unmarked prompts: 0)
+    return DenseEnergy(ids=ids, energy=energy, codes=codes.take(ids), unit=energy_bound(cfg) / CODE_LEVELS,
+                       alive=alive, top=top, low=_smallest_positive(energy, codes) if live else None, live=live)
 
 
 def _blocks(state, marks, n, cfg, energy, codes):
     """Every update of `LzeState.observe`, block by block over the prompts; the batch's energy summary."""
     bound = energy_bound(cfg)
     scale = CODE_LEVELS / bound
-    top, low, live, valid = 0.0, np.inf, 0, True
+    top, valid = 0.0, True
     size = min(marks.size, BLOCK)
     p_buf, buf, wide, scaled = np.empty(size), np.empty(size), np.empty(size), np.empty(size)
     ema_buf = np.empty(size, dtype=np.float32)
@@ -122,8 +126,7 @@ def _blocks(state, marks, n, cfg, energy, codes):
         count = mark.size
         marked = int(np.count_nonzero(mark))
         full = marked == count
-        if not marked:
-            energy[part] = 0.0
+        if not marked:  # nothing to update; energies of unmarked prompts are never read, their codes are 0
             codes[part] = 0
             continue
         p = _rates(mark, n, p_buf[:count], full)  # 0 where unseen: their energy is then 0 (finite state)
@@ -149,17 +152,22 @@ def _blocks(state, marks, n, cfg, energy, codes):
             np.add(state.n_obs[part], seen.view(np.uint8), out=state.n_obs[part], casting="unsafe")
             if cfg.prune_enabled:
                 _prune_seen(state, part, seen, mark == n + 1, cfg.prune_after)
-        hi, lo = float(e.max()), float(e.min())
-        if not (lo >= 0.0 and hi <= bound):  # NaN fails too: no codes, the exact ranking path decides
+        # energies are >= 0 (d_init >= 0 once anchored, (1 - p) p >= 0, momentum factor > 0); above the bound
+        # (a loaded state's d_init > 1) or NaN, the codes would be wrong: none, the exact ranking path decides
+        hi = float(e.max())
+        if not hi <= bound:
             valid = False
-        top = max(top, hi) if hi == hi else hi
+        top = max(top, hi)  # (a NaN leaves valid False: top is then unused)
         if valid:
-            np.multiply(e, scale, out=scaled[:count])
-            np.ceil(scaled[:count], out=codes[part], casting="unsafe")  # in [0, 255]: checked above
-    live = int(np.count_nonzero(codes)) if valid else 0  # codes are 0 exactly where E == 0
-    if valid and live:
-        low = _smallest_positive(energy, codes)
-    return top, low, live, valid
+            energy_codes(e, scale, scaled[:count], codes[part])
+    return top, valid
+
+
+def energy_codes(energy: np.ndarray, scale: float, work: np.ndarray, out: np.ndarray) -> None:
+    """uint8 codes ceil(E * scale) of energies in [0, 255 / scale]: 0 exactly for E == 0, and
+    E in ((code - 1) / scale, code / scale] up to a relative 1e-12 (what `gumbel_top_k_codes` assumes)."""
+    np.multiply(energy, scale, out=work)
+    np.ceil(work, out=out, casting="unsafe")
 
 
 def _smallest_positive(energy: np.ndarray, codes: np.ndarray) -> float:

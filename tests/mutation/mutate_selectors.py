@@ -153,6 +153,16 @@ EQUIVALENT_PATTERNS = {
         "n = 249..255 never reaches the prompt-order path: binary_ones reads rows of n in {1, 2, 4} or 8k",
     ("or rewards.shape[1] > MAX_SAMPLES:", "> -> >="):
         "n = 254 never reaches the prompt-order path: binary_ones reads rows of n in {1, 2, 4} or 8k",
+    ("if cfg.variant != \"code\" or 4 * ids.size < num or rewards.shape[1] > MAX_SAMPLES:", "4 -> 5"):
+        "the batch size from which LZE observes in prompt order is a speed choice: both paths give the same values",
+    ("if cfg.variant != \"code\" or 4 * ids.size < num or rewards.shape[1] > MAX_SAMPLES:", "< -> <="):
+        "the batch size from which LZE observes in prompt order is a speed choice: both paths give the same values",
+    ("if cfg.variant != \"code\" or 4 * ids.size < num or rewards.shape[1] > MAX_SAMPLES:", "or -> and"):
+        "small batches observed in prompt order give the same values (the card variant's `or` is tested)",
+    ("if not hi <= bound:", "<= -> <"): "the bound has a 1e-12 margin over the largest energy: never equal",
+    ("if not d_init.min() >= 0:  # first sight", ">= -> >"): "_first_sight itself re-filters with d_init < 0",
+    ("if not d_init.min() >= 0:  # first sight", "0 -> 1"): "_first_sight itself re-filters with d_init < 0",
+    ("size = min(marks.size, BLOCK)", "min -> max"): "lze_dense's scratch buffers: larger ones hold the same values",
     ("BLOCK = 1 << 15  # prompts per block", "*"):
         "lze_dense's block size: the blocks are independent prompt ranges, any size gives the same values",
     ("return (1.0 + float(cfg.momentum_weight)) * (1.0 + 1e-12)", "1.0 -> 2.0"):
