@@ -129,7 +129,7 @@ def _blocks(state, marks, n, cfg, energy, codes):
         if not marked:  # nothing to update; energies of unmarked prompts are never read, their codes are 0
             codes[part] = 0
             continue
-        p = _rates(mark, n, p_buf[:count], full)  # 0 where unseen: their energy is then 0 (finite state)
+        p = _rates(mark, n, p_buf[:count])  # 0 where unseen: their energy is then 0 (finite state)
         d_init, ema, e = state.d_init[part], state.ema[part], energy[part]
         if not d_init.min() >= 0:  # first sight (a NaN d_init also looks here, as in LzeState.observe)
             at = np.flatnonzero(mark)
@@ -177,15 +177,14 @@ def _smallest_positive(energy: np.ndarray, codes: np.ndarray) -> float:
     return float(energy.take(np.flatnonzero(codes == lowest)).min())
 
 
-def _rates(mark: np.ndarray, n: int, out: np.ndarray, full: bool) -> np.ndarray:
+def _rates(mark: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
     """float64 c / n from marks c + 1 (0 where unmarked): what np.divide(ones, n, dtype=float64) gives.
 
     c is exact in float64; for n a power of two, c * (1/n) is c / n exactly (a power-of-two scaling,
     nothing subnormal) and a multiplication is cheaper than a division.
     """
     np.subtract(mark, 1.0, out=out)  # c
-    if not full:
-        np.maximum(out, 0.0, out=out)
+    np.maximum(out, 0.0, out=out)  # unmarked: 0, so their energy is 0 and their code 0
     if n & (n - 1) == 0:
         out *= 1.0 / n
     else:

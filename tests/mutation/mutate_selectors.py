@@ -162,6 +162,8 @@ EQUIVALENT_PATTERNS = {
     ("if not hi <= bound:", "<= -> <"): "the bound has a 1e-12 margin over the largest energy: never equal",
     ("if not d_init.min() >= 0:  # first sight", ">= -> >"): "_first_sight itself re-filters with d_init < 0",
     ("if not d_init.min() >= 0:  # first sight", "0 -> 1"): "_first_sight itself re-filters with d_init < 0",
+    ("if n & (n - 1) == 0:", "*"): "guard of an exact fast path: c * (1/n) is c / n for n a power of two; "
+                                   "the mutants taking it for another n are killed (n = 24)",
     ("size = min(marks.size, BLOCK)", "min -> max"): "lze_dense's scratch buffers: larger ones hold the same values",
     ("BLOCK = 1 << 15  # prompts per block", "*"):
         "lze_dense's block size: the blocks are independent prompt ranges, any size gives the same values",
