@@ -138,6 +138,11 @@ class SkipHistory:
         self._classes = (rewards, result, ones)
         return result
 
+    def correct_counts(self) -> np.ndarray | None:
+        """Unsigned ints[G]: correct responses per group of the batch `classes` has just seen, None unless
+        its rewards are all 0/1."""
+        return self._classes[2]
+
     def pass_rates(self, rewards: np.ndarray) -> np.ndarray:
         """float64[G] pass rates (RolloutBatch.pass_rate bit for bit) of the batch `classes` has just seen,
         from its correct counts when the rewards are 0/1 (only HIVE reads them: GRESO's step does not
@@ -218,16 +223,17 @@ class SkipHistory:
             self._observe_dense(ids, solved, failed)
             return
         records = self.rows.take(ids)
+        # the new run is s (max(s run, 0) + 1) with s = +1 solved, -1 failed, 0 informative:
+        # max(run, 0) + 1, -(max(-run, 0) + 1) = min(run, 0) - 1, and 0 (four passes instead of six)
+        sign = np.subtract(solved, failed, dtype=np.int32)
         for start in range(0, ids.size, BLOCK):  # blocks: temporaries stay in cache (same values as whole-batch)
             part = slice(start, start + BLOCK)
             block = records[part]
             run = block["run"]
-            grown = np.maximum(run, 0)
+            grown = np.multiply(run, sign[part])
+            np.maximum(grown, 0, out=grown)
             grown += 1
-            grown *= solved[part]  # where(solved, max(run, 0) + 1, 0)
-            shrunk = np.minimum(run, 0)
-            shrunk -= 1
-            np.copyto(grown, shrunk, where=failed[part])  # failed: min(run, 0) - 1
+            grown *= sign[part]
             run[...] = grown
             block["n_obs"] += 1
             if update is not None:

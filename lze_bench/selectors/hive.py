@@ -41,6 +41,8 @@ from lze_bench.selectors.base import Selector, UpdateDecision, top_k_mask
 from lze_bench.selectors.topk import median
 from lze_bench.selectors.greso_state import BLOCK, SkipHistory, check_history_config
 
+CELL_BLOCK = 1 << 14  # prompts per block of `_cells`: its five 128 KiB temporaries stay in L2
+
 
 @dataclass
 class HiveConfig:
@@ -186,30 +188,44 @@ class HiveSelector(Selector):
         return np.logical_not(listed, out=listed)
 
     def _cells(self) -> np.ndarray:
-        """uint8[N]: each prompt's threshold cell c = floor(256 t) clipped to [0, 255], t = 1 - q (0 where NaN).
+        """uint8[N]: each prompt's threshold cell c = floor(256 t) clipped to [0, 255] (0 where t is NaN).
 
-        t is computed as `_listed_exact` computes it (the same float64 operations, in prompt order); the
-        keep table spans the runs of all prompts, and each entry is the same pow as over any sub-range
-        (an elementwise ufunc: its value does not depend on the array's length or the entry's position).
-        256 t is exact (a power of two), the cast truncates, i.e. floors, values in [0, 255].
+        t = 1 - q as `_listed_exact` computes it, in prompt order over cache-sized blocks, with two
+        exact rewrites: 256 t is computed as 256 - (256 k) e (a power of two scales every rounding
+        exactly; where k e underflows, both are 256), and the keep table spans the runs of all
+        prompts (each entry is the same elementwise pow as over any sub-range). The cast truncates,
+        i.e. floors, values in [0, 255].
         """
-        rows, history = self.history.rows, self.history
-        cells = self._cell_buffer
+        cfg, rows, history = self.config, self.history.rows, self.history
+        cells, size = self._marks_buffer(), min(CELL_BLOCK, self.num_prompts)
+        run, index = np.empty(size, dtype=np.int32), np.empty(size, dtype=np.intp)
+        q, e, p = np.empty(size), np.empty(size), np.empty(size)
+        h_bar = self.h_bar if cfg.use_response_entropy and self.h_bar is not None and self.h_bar > 0 else None
         table, lowest, highest = None, 0, -1
-        for start in range(0, rows.size, BLOCK):  # blocks: the float64 temporaries stay in cache
-            part = slice(start, start + BLOCK)
-            run = np.ascontiguousarray(rows["run"][part])
-            low, high = int(run.min()), int(run.max())
-            if low < lowest or high > highest:  # extend the table (once or twice per call)
+        for start in range(0, rows.size, CELL_BLOCK):  # blocks: the temporaries stay in cache
+            part = slice(start, start + CELL_BLOCK)
+            width = min(CELL_BLOCK, rows.size - start)
+            r, i, k, x, y = run[:width], index[:width], q[:width], e[:width], p[:width]
+            np.copyto(r, rows["run"][part])
+            low, high = int(r.min()), int(r.max())
+            if table is None or low < lowest or high > highest:  # extend the table (rarely after the first block)
                 table, lowest = history.keep_table(min(low, lowest), max(high, highest))
                 highest = lowest + table.size - 1
-            q = table.take(np.subtract(run, lowest, dtype=np.intp))
-            q *= self._edge(np.ascontiguousarray(rows["p_hist"][part]), part)  # NaN where unseen
-            t = np.subtract(1.0, q, out=q)
-            t *= 256.0
-            np.fmax(t, 0.0, out=t)  # NaN -> 0
-            np.fmin(t, 255.0, out=t)
-            np.copyto(cells[part], t, casting="unsafe")
+                table *= 256.0
+            table.take(np.subtract(r, lowest, out=i), out=k, mode="clip")  # 256 k; in range: clip skips the bounds checks
+            np.copyto(y, rows["p_hist"][part])
+            np.multiply(4.0, y, out=x)  # e as `_edge` computes it
+            np.subtract(1.0, y, out=y)
+            x *= y
+            x *= 1.0 - cfg.edge_floor
+            if h_bar is not None:
+                h = self.h_hist[part]
+                x *= np.where(np.isnan(h), 1.0, np.minimum(1.0, h / h_bar))
+            x += cfg.edge_floor
+            k *= x  # 256 q, NaN where unseen
+            np.subtract(256.0, k, out=k)
+            np.fmax(k, 0.0, out=k)  # NaN -> 0
+            np.fmin(k, 255.0, out=cells[part], casting="unsafe")
         return cells
 
     def _listed_dense(self, candidates: np.ndarray, draws: np.ndarray) -> np.ndarray:
@@ -222,18 +238,13 @@ class HiveSelector(Selector):
         and not < 0). Only d == c (about one draw in 256, whatever the t) is decided by `_listed_exact`.
         A 1-byte gather from a 1 MB array replaces the 16-byte record gather from 16 MB.
         """
-        if getattr(self, "_cell_buffer", None) is None or self._cell_buffer.size != self.num_prompts:
-            self._cell_buffer = np.empty(self.num_prompts, dtype=np.uint8)  # reused: no 1 MB allocation per step
         cell = self._cells().take(candidates)
         listed = np.empty(candidates.size, dtype=bool)
         near = np.empty(candidates.size, dtype=bool)
-        scaled = np.empty(min(BLOCK, candidates.size))
-        drawn = np.empty(scaled.size, dtype=np.uint8)
-        for start in range(0, candidates.size, BLOCK):
-            part = slice(start, start + BLOCK)
-            v = np.multiply(draws[part], 256.0, out=scaled[: draws[part].size])
-            d = drawn[: v.size]
-            np.copyto(d, v, casting="unsafe")
+        drawn = np.empty(min(CELL_BLOCK, candidates.size), dtype=np.uint8)
+        for start in range(0, candidates.size, CELL_BLOCK):
+            part = slice(start, start + CELL_BLOCK)
+            d = np.multiply(draws[part], 256.0, out=drawn[: cell[part].size], casting="unsafe")  # floor(256 v)
             np.greater(d, cell[part], out=listed[part])
             np.equal(d, cell[part], out=near[part])
         near = np.flatnonzero(near)
@@ -270,16 +281,52 @@ class HiveSelector(Selector):
     def observe(self, batch):
         ids = batch.prompt_ids
         solved, failed, _ = self.history.classes(batch.rewards, self.name)
-        rates = self.history.pass_rates(batch.rewards)
+        ordered = self._in_prompt_order(ids, batch.rewards.shape[1])
+        if ordered is None:
+            rates = self.history.pass_rates(batch.rewards)
+        else:  # the same groups, sorted by prompt id: their records are read and written in memory order
+            ids, solved, failed, rates = ordered
+
+        weighted = rates * self.config.beta  # the `new * beta` term of `_ema`, for the whole batch at once
 
         def update(block, part):  # p_hist goes back with the runs: one gather and one scatter per prompt
-            block["p_hist"] = self._ema(block["p_hist"], rates[part])
+            block["p_hist"] = self._ema(block["p_hist"], rates[part], weighted[part])
 
         self.history.observe(ids, solved, failed, update)
         if batch.response_entropy is not None:
+            ids = batch.prompt_ids
             h = np.asarray(batch.response_entropy, dtype=np.float64).mean(axis=1)
             self.h_hist[ids] = self._ema(self.h_hist.take(ids), h)
             self._mean_entropy()
+
+    def _in_prompt_order(self, ids: np.ndarray, n: int):
+        """(ids, solved, failed, pass rates) of a batch of >= N/4 groups with 0/1 rewards, sorted by prompt
+        id; None for other batches (observe takes them in batch order).
+
+        Each prompt's update reads only its own record and its own group (ids are unique in a batch), so
+        the order is free; in id order the gather and scatter of the 16-byte records walk memory forwards
+        instead of at random (measured at 10^6 prompts inside a step: ~8 ms -> ~3 ms). The sort is a 1-byte
+        scatter of each group's correct count + 1 into a uint8[N] array and a scan of it; the classes
+        and rates are what `classes` / `pass_rates` give from the same counts (ones == n, ones == 0,
+        ones / n in float64).
+        """
+        ones = self.history.correct_counts()
+        if ones is None or n >= 255 or not ids.size or 4 * ids.size < self.num_prompts:
+            return None
+        marks = self._marks_buffer()
+        marks.fill(0)
+        marks[ids] = np.add(ones, 1, dtype=np.uint8)  # n < 255: fits
+        order = np.flatnonzero(marks != 0)  # on a bool mask: ~6x faster than on the uint8 marks
+        ones = marks.take(order)
+        ones -= 1
+        return order, ones == n, ones == 0, np.divide(ones, n, dtype=np.float64)
+
+    def _marks_buffer(self) -> np.ndarray:
+        """uint8[N] scratch shared by `_cells` and `_in_prompt_order` (never both at once), kept across
+        steps: no fresh 1 MB per call."""
+        if getattr(self, "_scratch", None) is None or self._scratch.size != self.num_prompts:
+            self._scratch = np.empty(self.num_prompts, dtype=np.uint8)
+        return self._scratch
 
     def _mean_entropy(self) -> None:
         """h_bar: the mean h_hist over every prompt where known (None: none known), kept current by observe
@@ -287,11 +334,12 @@ class HiveSelector(Selector):
         known = ~np.isnan(self.h_hist)
         self.h_bar = float(self.h_hist[known].mean()) if known.any() else None
 
-    def _ema(self, old: np.ndarray, new: np.ndarray) -> np.ndarray:
-        """(1 - beta) old + beta new; the new value itself where old is NaN (first sight)."""
+    def _ema(self, old: np.ndarray, new: np.ndarray, weighted: np.ndarray | None = None) -> np.ndarray:
+        """(1 - beta) old + beta new; the new value itself where old is NaN (first sight).
+        `weighted`: `new * beta` if the caller has it already."""
         beta = self.config.beta
         out = old * (1.0 - beta)  # (1 - beta) * old + beta * new, term by term as written
-        out += new * beta
+        out += new * beta if weighted is None else weighted
         np.copyto(out, new, where=np.isnan(old))
         return out
 
