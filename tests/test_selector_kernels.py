@@ -304,7 +304,9 @@ def test_hive_screen_equals_the_spec_formula():
     q = np.where(np.isnan(p), 1.0, k * e)
     assert np.array_equal(sel.select_probability(ids), q)
     draws = rng.random(ids.size)
-    assert np.array_equal(sel._listed(ids, draws), ~(draws < 1.0 - q))
+    listed = ~(draws < 1.0 - q)
+    assert np.array_equal(sel._listed_exact(ids, draws), listed)
+    assert np.array_equal(sel._shortlist(ids, draws), ids[listed])  # >= N/4 candidates: the cells path
 
 
 def test_astral_pool_from_the_last_pool_equals_the_general_dedup_and_filter():

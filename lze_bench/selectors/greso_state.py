@@ -23,6 +23,7 @@ PER_PROMPT = ("easy_run", "hard_run", "n_obs")
 SCALARS = ("p_easy", "p_hard", "epoch")
 TRANSIENT = ("kept_so_far", "gen_rounds", "last_round", "cand_step", "rolled_step", "solved_step", "failed_step")
 BLOCK = 1 << 16  # records per block of `observe` / `survivors`: their temporaries stay in cache at 10^6 prompts
+COUNT_BLOCK = 1 << 14  # prompts per block of `observe_counts`
 
 
 def check_history_config(cfg) -> None:
@@ -239,6 +240,45 @@ class SkipHistory:
             if update is not None:
                 update(block, part)
         self.rows[ids] = records
+
+    def observe_counts(self, ids: np.ndarray, ones: np.ndarray, n: int, solved: np.ndarray, failed: np.ndarray,
+                       update) -> None:
+        """`observe` for a batch of 0/1 groups given its correct counts `ones` (n < 255 responses per group),
+        walking the records in prompt order: each group's count + 1 is scattered into a uint8[N] array
+        (1 byte per prompt, 0 = not in the batch), then each block of records gathers its marked
+        records, updates them and puts them back while the block is in cache. The same runs, counts
+        and `update(records, ones)` per prompt as `observe` (a prompt's update reads only its own record
+        and group; ids are unique in a batch), with the classes `classes` gives: ones == n solved,
+        ones == 0 failed. Measured at 10^6 prompts inside a step: ~3x cheaper than the random gather
+        and scatter of 16-byte records when the batch covers >= 1/4 of the prompts.
+        """
+        self.rolled_step += int(ids.size)
+        self.solved_step += int(np.count_nonzero(solved))
+        self.failed_step += int(np.count_nonzero(failed))
+        marks = getattr(self, "_marks", None)
+        if marks is None or marks.size != self.rows.size:
+            marks = self._marks = np.empty(self.rows.size, dtype=np.uint8)  # kept: no fresh 1 MB per call
+        marks.fill(0)
+        marks[ids] = np.add(ones, 1, dtype=np.uint8)
+        for start in range(0, marks.size, COUNT_BLOCK):  # blocks: the records are read and written in memory order
+            part = slice(start, start + COUNT_BLOCK)
+            where = np.flatnonzero(marks[part] != 0)  # a bool mask: ~6x faster than the uint8 marks
+            if not where.size:
+                continue
+            block = self.rows[part]
+            records = block.take(where)
+            count = marks[part].take(where)
+            count -= 1
+            sign = np.subtract(count == n, count == 0, dtype=np.int32)  # as in `observe`
+            run = records["run"]
+            grown = np.multiply(run, sign)
+            np.maximum(grown, 0, out=grown)
+            grown += 1
+            grown *= sign
+            run[...] = grown
+            records["n_obs"] += 1
+            update(records, count)
+            block[where] = records
 
     def _observe_dense(self, ids: np.ndarray, solved: np.ndarray, failed: np.ndarray) -> None:
         """`observe`'s runs and counts through one byte scatter and sequential passes over every record.

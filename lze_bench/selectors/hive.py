@@ -42,6 +42,7 @@ from lze_bench.selectors.topk import median
 from lze_bench.selectors.greso_state import BLOCK, SkipHistory, check_history_config
 
 CELL_BLOCK = 1 << 14  # prompts per block of `_cells`: its five 128 KiB temporaries stay in L2
+SCREEN_BLOCK = 1 << 16  # candidates per block of `_shortlist`: ids and draws (1 MiB) stay in L2
 
 
 @dataclass
@@ -156,16 +157,6 @@ class HiveSelector(Selector):
         q[np.isnan(records["p_hist"])] = 1.0
         return q
 
-    def _listed(self, candidates: np.ndarray, draws: np.ndarray) -> np.ndarray:
-        """bool[m]: not (v < 1 - q), the stage-1 screen.
-
-        Candidates covering >= 1/4 of the prompts take `_listed_dense` (the
-        same mask: see there); fewer take `_listed_exact`, O(m).
-        """
-        if candidates.size and 4 * candidates.size >= self.num_prompts:
-            return self._listed_dense(candidates, draws)
-        return self._listed_exact(candidates, draws)
-
     def _listed_exact(self, candidates: np.ndarray, draws: np.ndarray) -> np.ndarray:
         """bool[m]: not (v < 1 - q), the stage-1 screen, in place over one float64 buffer.
 
@@ -187,8 +178,9 @@ class HiveSelector(Selector):
             np.less(draws[part], q, out=listed[part])
         return np.logical_not(listed, out=listed)
 
-    def _cells(self) -> np.ndarray:
-        """uint8[N]: each prompt's threshold cell c = floor(256 t) clipped to [0, 255] (0 where t is NaN).
+    def _cells(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """(uint8[N] cells, the keep table, its lowest run): each prompt's threshold cell c = floor(256 t)
+        clipped to [0, 255] (0 where t is NaN).
 
         t = 1 - q as `_listed_exact` computes it, in prompt order over cache-sized blocks, with two
         exact rewrites: 256 t is computed as 256 - (256 k) e (a power of two scales every rounding
@@ -197,7 +189,7 @@ class HiveSelector(Selector):
         i.e. floors, values in [0, 255].
         """
         cfg, rows, history = self.config, self.history.rows, self.history
-        cells, size = self._marks_buffer(), min(CELL_BLOCK, self.num_prompts)
+        cells, size = self._cell_buffer(), min(CELL_BLOCK, self.num_prompts)
         run, index = np.empty(size, dtype=np.int32), np.empty(size, dtype=np.intp)
         q, e, p = np.empty(size), np.empty(size), np.empty(size)
         h_bar = self.h_bar if cfg.use_response_entropy and self.h_bar is not None and self.h_bar > 0 else None
@@ -211,8 +203,8 @@ class HiveSelector(Selector):
             if table is None or low < lowest or high > highest:  # extend the table (rarely after the first block)
                 table, lowest = history.keep_table(min(low, lowest), max(high, highest))
                 highest = lowest + table.size - 1
-                table *= 256.0
-            table.take(np.subtract(r, lowest, out=i), out=k, mode="clip")  # 256 k; in range: clip skips the bounds checks
+                scaled = table * 256.0
+            scaled.take(np.subtract(r, lowest, out=i), out=k, mode="clip")  # 256 k; in range: clip skips bounds checks
             np.copyto(y, rows["p_hist"][part])
             np.multiply(4.0, y, out=x)  # e as `_edge` computes it
             np.subtract(1.0, y, out=y)
@@ -226,30 +218,47 @@ class HiveSelector(Selector):
             np.subtract(256.0, k, out=k)
             np.fmax(k, 0.0, out=k)  # NaN -> 0
             np.fmin(k, 255.0, out=cells[part], casting="unsafe")
-        return cells
+        return cells, table, lowest
 
-    def _listed_dense(self, candidates: np.ndarray, draws: np.ndarray) -> np.ndarray:
-        """`_listed_exact`'s mask from each candidate's 1-byte threshold cell, exact draws only where needed.
+    def _cell_buffer(self) -> np.ndarray:
+        """uint8[N] scratch of `_cells`, kept across steps: no fresh 1 MB per call."""
+        if getattr(self, "_cells_scratch", None) is None or self._cells_scratch.size != self.num_prompts:
+            self._cells_scratch = np.empty(self.num_prompts, dtype=np.uint8)
+        return self._cells_scratch
 
-        With c = `_cells()` of the candidate and d = floor(256 v) (v in [0, 1): 256 v is exact, the cast
-        floors it): c <= 256 t unless t < 0 and 256 t <= c + 1 unless t > 1 or NaN (clipping). So
-        d > c gives v >= d / 256 >= (c + 1) / 256 >= t: listed (a NaN t is listed too: `v < NaN` is
-        false); d < c gives v < (d + 1) / 256 <= c / 256 <= t: not listed (c > 0 here: t is not NaN
-        and not < 0). Only d == c (about one draw in 256, whatever the t) is decided by `_listed_exact`.
-        A 1-byte gather from a 1 MB array replaces the 16-byte record gather from 16 MB.
+    def _shortlist(self, candidates: np.ndarray, draws: np.ndarray) -> np.ndarray:
+        """The candidates with not (v < 1 - q), the stage-1 screen, in candidate order.
+
+        Fewer than N/4 candidates: `_listed_exact`, O(m). More: each candidate's 1-byte threshold cell
+        (`_cells`) decides almost every draw. With c the cell and d = floor(256 v) (v in [0, 1): 256 v
+        is exact, the cast floors it): c <= 256 t unless t < 0 and 256 t <= c + 1 unless t > 1 or NaN
+        (the clipping). So d > c gives v >= d / 256 >= (c + 1) / 256 >= t: listed (a NaN t too: `v <
+        NaN` is false); d < c gives v < (d + 1) / 256 <= c / 256 <= t: not listed (c > 0 here, so t
+        is neither NaN nor < 0). Only d == c (about one draw in 256, whatever the t) compares v with t
+        itself, computed from the records as `_listed_exact` computes it. A 1-byte gather from a 1 MB
+        array replaces the 16-byte record gather from 16 MB.
         """
-        cell = self._cells().take(candidates)
+        if not candidates.size or 4 * candidates.size < self.num_prompts:
+            return np.compress(self._listed_exact(candidates, draws), candidates)
+        cells, table, lowest = self._cells()
+        rows = self.history.rows
         listed = np.empty(candidates.size, dtype=bool)
-        near = np.empty(candidates.size, dtype=bool)
-        drawn = np.empty(min(CELL_BLOCK, candidates.size), dtype=np.uint8)
-        for start in range(0, candidates.size, CELL_BLOCK):
-            part = slice(start, start + CELL_BLOCK)
-            d = np.multiply(draws[part], 256.0, out=drawn[: cell[part].size], casting="unsafe")  # floor(256 v)
-            np.greater(d, cell[part], out=listed[part])
-            np.equal(d, cell[part], out=near[part])
-        near = np.flatnonzero(near)
-        listed[near] = self._listed_exact(candidates.take(near), draws.take(near))
-        return listed
+        drawn, near = np.empty(min(SCREEN_BLOCK, candidates.size), dtype=np.uint8), np.empty(candidates.size, dtype=bool)
+        for start in range(0, candidates.size, SCREEN_BLOCK):
+            part = slice(start, start + SCREEN_BLOCK)
+            ids, v = candidates[part], draws[part]
+            cell = cells.take(ids)
+            d = np.multiply(v, 256.0, out=drawn[: ids.size], casting="unsafe")  # floor(256 v)
+            keep = np.greater(d, cell, out=listed[part])
+            close = np.flatnonzero(np.equal(d, cell, out=near[part]))
+            if close.size:  # t itself, as `_listed_exact` computes it
+                which = ids.take(close)
+                records = rows.take(which)
+                q = table.take(np.subtract(records["run"], lowest, dtype=np.intp))
+                q *= self._edge(records["p_hist"], which)
+                np.subtract(1.0, q, out=q)
+                keep[close] = ~np.less(v.take(close), q)
+        return np.compress(listed, candidates)  # compress: 2.5x a bool-mask index
 
     # --- forward -------------------------------------------------------------
     def select_rollout(self, candidate_ids, budget, step, rng, features=None):
@@ -258,7 +267,7 @@ class HiveSelector(Selector):
         features = self.require_features(features)
         draws = rng.random(candidates.size)  # one draw, candidate order
         self.history.cand_step += int(candidates.size)
-        shortlist = np.compress(self._listed(candidates, draws), candidates)  # compress: 2.5x a bool-mask index
+        shortlist = self._shortlist(candidates, draws)
         if shortlist.size == 0 or budget == 0:
             return shortlist[:0]
         entropy = features("prompt_entropy", shortlist)
@@ -281,52 +290,24 @@ class HiveSelector(Selector):
     def observe(self, batch):
         ids = batch.prompt_ids
         solved, failed, _ = self.history.classes(batch.rewards, self.name)
-        ordered = self._in_prompt_order(ids, batch.rewards.shape[1])
-        if ordered is None:
+        ones, n = self.history.correct_counts(), batch.rewards.shape[1]
+        if ones is not None and n < 255 and ids.size and 4 * ids.size >= self.num_prompts:
+            def update(records, count):  # the pass rate as `pass_rates` computes it from the same count
+                records["p_hist"] = self._ema(records["p_hist"], np.divide(count, n, dtype=np.float64))
+
+            self.history.observe_counts(ids, ones, n, solved, failed, update)
+        else:
             rates = self.history.pass_rates(batch.rewards)
-        else:  # the same groups, sorted by prompt id: their records are read and written in memory order
-            ids, solved, failed, rates = ordered
+            weighted = rates * self.config.beta  # the `new * beta` term of `_ema`, for the whole batch at once
 
-        weighted = rates * self.config.beta  # the `new * beta` term of `_ema`, for the whole batch at once
+            def update(block, part):  # p_hist goes back with the runs: one gather and one scatter per prompt
+                block["p_hist"] = self._ema(block["p_hist"], rates[part], weighted[part])
 
-        def update(block, part):  # p_hist goes back with the runs: one gather and one scatter per prompt
-            block["p_hist"] = self._ema(block["p_hist"], rates[part], weighted[part])
-
-        self.history.observe(ids, solved, failed, update)
+            self.history.observe(ids, solved, failed, update)
         if batch.response_entropy is not None:
-            ids = batch.prompt_ids
             h = np.asarray(batch.response_entropy, dtype=np.float64).mean(axis=1)
             self.h_hist[ids] = self._ema(self.h_hist.take(ids), h)
             self._mean_entropy()
-
-    def _in_prompt_order(self, ids: np.ndarray, n: int):
-        """(ids, solved, failed, pass rates) of a batch of >= N/4 groups with 0/1 rewards, sorted by prompt
-        id; None for other batches (observe takes them in batch order).
-
-        Each prompt's update reads only its own record and its own group (ids are unique in a batch), so
-        the order is free; in id order the gather and scatter of the 16-byte records walk memory forwards
-        instead of at random (measured at 10^6 prompts inside a step: ~8 ms -> ~3 ms). The sort is a 1-byte
-        scatter of each group's correct count + 1 into a uint8[N] array and a scan of it; the classes
-        and rates are what `classes` / `pass_rates` give from the same counts (ones == n, ones == 0,
-        ones / n in float64).
-        """
-        ones = self.history.correct_counts()
-        if ones is None or n >= 255 or not ids.size or 4 * ids.size < self.num_prompts:
-            return None
-        marks = self._marks_buffer()
-        marks.fill(0)
-        marks[ids] = np.add(ones, 1, dtype=np.uint8)  # n < 255: fits
-        order = np.flatnonzero(marks != 0)  # on a bool mask: ~6x faster than on the uint8 marks
-        ones = marks.take(order)
-        ones -= 1
-        return order, ones == n, ones == 0, np.divide(ones, n, dtype=np.float64)
-
-    def _marks_buffer(self) -> np.ndarray:
-        """uint8[N] scratch shared by `_cells` and `_in_prompt_order` (never both at once), kept across
-        steps: no fresh 1 MB per call."""
-        if getattr(self, "_scratch", None) is None or self._scratch.size != self.num_prompts:
-            self._scratch = np.empty(self.num_prompts, dtype=np.uint8)
-        return self._scratch
 
     def _mean_entropy(self) -> None:
         """h_bar: the mean h_hist over every prompt where known (None: none known), kept current by observe
