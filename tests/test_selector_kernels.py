@@ -309,6 +309,65 @@ def test_hive_screen_equals_the_spec_formula():
     assert np.array_equal(sel._shortlist(ids, draws), ids[listed])  # >= N/4 candidates: the cells path
 
 
+@pytest.mark.parametrize("edge_floor, keep_floor", [(0.5, 0.01), (0.0, 0.0)])
+def test_hive_screen_of_many_candidates_equals_the_spec_formula(edge_floor, keep_floor):
+    """The cells path (>= N/4 candidates) against not (v < 1 - q) of `select_probability` (the spec
+    formula, checked above), over several blocks of prompts whose runs leave the first block's range on
+    one side at a time, with q near 0 (t near 1: the top cell), q = 1 (t = 0), a negative h (q < 0,
+    t > 1), unseen prompts, and subsets of the prompts as candidates."""
+    from lze_bench.selectors.greso_state import CACHE_BLOCK
+    from lze_bench.selectors.hive import HiveConfig, HiveSelector
+
+    num = 3 * CACHE_BLOCK + 777
+    sel = HiveSelector(HiveConfig(edge_floor=edge_floor, keep_floor=keep_floor), num_prompts=num, batch_size=64)
+    rng = np.random.default_rng(5)
+    run = rng.integers(-1, 2, num)
+    run[CACHE_BLOCK + 10] = 9  # later blocks extend the table: upwards, then downwards, then both
+    run[2 * CACHE_BLOCK + 10] = -7
+    run[-1], run[-2] = 40, -40
+    sel.history.run = run.astype(np.int32)
+    sel.history.p_easy, sel.history.p_hard = 0.03, 0.61  # tiny keep probabilities: q below 1/256
+    seen = rng.random(num) < 0.9
+    sel.p_hist = np.where(seen, rng.integers(0, 9, num) / 8, np.nan)
+    sel.p_hist[:50] = 0.5  # e = 1 and, at run 0, q = 1
+    h = np.where(rng.random(num) < 0.7, rng.random(num) * 2, np.nan)
+    h[100:110] = -3.0  # u < 0: q < 0
+    sel.h_hist = h
+    sel._mean_entropy()
+    for take in (num, num // 4, num // 2 + 1):
+        ids = rng.permutation(num)[:take]
+        q = sel.select_probability(ids)
+        for _ in range(3):
+            draws = rng.random(ids.size)
+            draws[:200] = np.floor(draws[:200] * 256) / 256  # draws on a cell edge
+            assert np.array_equal(sel._shortlist(ids, draws), ids[~(draws < 1.0 - q)])
+
+
+@pytest.mark.parametrize("n", [8, 16])
+def test_hive_large_batch_observe_equals_the_same_batch_in_small_pieces(n):
+    """A batch of 0/1 groups covering >= 1/4 of the prompts (byte counts, records block by block) vs the
+    same groups in pieces of < 1/4 (record gather and scatter): the same state, bit for bit."""
+    from lze_bench.selectors import RolloutBatch
+    from lze_bench.selectors.greso_state import CACHE_BLOCK
+    from lze_bench.selectors.hive import HiveConfig, HiveSelector
+
+    num = 2 * CACHE_BLOCK + 999
+    whole, pieces = (HiveSelector(HiveConfig(beta=0.3), num_prompts=num, batch_size=64) for _ in range(2))
+    for sel in (whole, pieces):
+        sel.p_hist[: num // 3] = np.random.default_rng(1).random(num // 3)
+    for step in range(4):
+        rng = np.random.default_rng([step, 3])
+        ids = rng.permutation(num)[: num * 3 // 4]
+        rate = rng.choice([0.0, 1.0, 0.5, 0.9], ids.size)  # all-failed, all-solved, informative groups
+        rewards = (rng.random((ids.size, n)) < rate[:, None]).astype(np.float32)
+        whole.observe(RolloutBatch(prompt_ids=ids, rewards=rewards, step=step))
+        for chunk in np.array_split(np.arange(ids.size), 4):
+            pieces.observe(RolloutBatch(prompt_ids=ids[chunk], rewards=rewards[chunk], step=step))
+        assert np.array_equal(whole.history.rows.view(np.uint8), pieces.history.rows.view(np.uint8))
+        assert (whole.history.rolled_step, whole.history.solved_step, whole.history.failed_step) == (
+            pieces.history.rolled_step, pieces.history.solved_step, pieces.history.failed_step)
+
+
 def test_astral_pool_from_the_last_pool_equals_the_general_dedup_and_filter():
     """selectors.md §3 buffer steps 1-2 on the whole buffer (newest_per_prompt, then the all-0/1 filter) give
     the pool the selector builds from its last pool plus the appended groups, step after step."""

@@ -23,7 +23,7 @@ PER_PROMPT = ("easy_run", "hard_run", "n_obs")
 SCALARS = ("p_easy", "p_hard", "epoch")
 TRANSIENT = ("kept_so_far", "gen_rounds", "last_round", "cand_step", "rolled_step", "solved_step", "failed_step")
 BLOCK = 1 << 16  # records per block of `observe` / `survivors`: their temporaries stay in cache at 10^6 prompts
-COUNT_BLOCK = 1 << 14  # prompts per block of `observe_counts`
+CACHE_BLOCK = 1 << 14  # prompts per block of `observe_counts` and HIVE's cells: the temporaries stay in L2
 
 
 def check_history_config(cfg) -> None:
@@ -37,6 +37,12 @@ def check_history_config(cfg) -> None:
     require(cfg.max_gen_batches >= 0, "selector.max_gen_batches", "must be >= 0 (0 = unlimited)")
     require(cfg.on_exhaust in ("partial", "error"), "selector.on_exhaust",
             f"use 'partial' or 'error', got {cfg.on_exhaust!r}")
+
+
+def covers(part: int, whole: int) -> bool:
+    """Whether a call over `part` of `whole` prompts takes a whole-array path (>= 1/4 of them): there
+    the sequential passes over every prompt cost less than random accesses to `part` records."""
+    return 4 * part >= whole
 
 
 def group_classes(rewards: np.ndarray, who: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -260,8 +266,8 @@ class SkipHistory:
             marks = self._marks = np.empty(self.rows.size, dtype=np.uint8)  # kept: no fresh 1 MB per call
         marks.fill(0)
         marks[ids] = np.add(ones, 1, dtype=np.uint8)
-        for start in range(0, marks.size, COUNT_BLOCK):  # blocks: the records are read and written in memory order
-            part = slice(start, start + COUNT_BLOCK)
+        for start in range(0, marks.size, CACHE_BLOCK):  # blocks: the records are read and written in memory order
+            part = slice(start, start + CACHE_BLOCK)
             where = np.flatnonzero(marks[part] != 0)  # a bool mask: ~6x faster than the uint8 marks
             if not where.size:
                 continue
