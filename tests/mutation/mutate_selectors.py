@@ -181,6 +181,16 @@ EQUIVALENT_PATTERNS = {
     ("low, high = int(ids.min()), int(ids.max())", "*"):
         "bounds that only choose bincount or np.unique for the same duplicate test (ids >= 0)",
     ("BLOCK = 1 << 16", "*"): "block size of a blocked loop: every block computes the same values",
+    ("CACHE_BLOCK = 1 << 14", "*"): "block size of a blocked loop: every block computes the same values",
+    ("return 4 * part >= whole", "*"):
+        "threshold between whole-array and per-call paths that give the same values (tests cover both: "
+        "test_hive_screen_of_many_candidates_equals_the_spec_formula, test_hive_large_batch_observe_equals_...)",
+    ("if ones is not None and n < np.iinfo(np.uint8).max and covers(", "< -> <="):
+        "correct counts exist only for n in {1, 2, 4} or a multiple of 8 (stats.binary_ones): never n = 255",
+    ("if table is None or low < lowest or high > highest:", "< -> <="):
+        "a block whose runs reach the table's end rebuilds the same table (each entry an elementwise pow)",
+    ("if table is None or low < lowest or high > highest:", "> -> >="):
+        "a block whose runs reach the table's end rebuilds the same table (each entry an elementwise pow)",
     ("SOLVED = 1.0 - 1e-8", "1e-8 -> 2e-08"): "pass rates are multiples of 1/n: no p lies in [1 - 2e-8, 1 - 1e-8) for n < 5e7",
     ("(self.batch_size or 0) // 4)", "// -> /"): "int() of a positive quotient is its floor; max(1, x < 1) is 1",
     ("(self.batch_size or 0) // 4)", "0 -> 1"): "without a batch size, 0 // 4 and 1 // 4 are both 0: max(1, .) = 1",
