@@ -230,7 +230,7 @@ class HiveSelector(Selector):
 
     def _cell_buffer(self) -> np.ndarray:
         """uint8[N] scratch of `_cells`, kept across steps: no fresh 1 MB per call."""
-        if getattr(self, "_cells_scratch", None) is None or self._cells_scratch.size != self.num_prompts:
+        if getattr(self, "_cells_scratch", None) is None:  # num_prompts is fixed at construction
             self._cells_scratch = np.empty(self.num_prompts, dtype=np.uint8)
         return self._cells_scratch
 

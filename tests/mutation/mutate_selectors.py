@@ -187,6 +187,9 @@ EQUIVALENT_PATTERNS = {
         "test_hive_screen_of_many_candidates_equals_the_spec_formula, test_hive_large_batch_observe_equals_...)",
     ("if ones is not None and n < np.iinfo(np.uint8).max and covers(", "< -> <="):
         "correct counts exist only for n in {1, 2, 4} or a multiple of 8 (stats.binary_ones): never n = 255",
+    ("if ones is not None and n < np.iinfo(np.uint8).max and covers(", "max -> min"):
+        "n < 0 never holds: every batch takes observe's per-group path, which gives the same state (tests "
+        "compare the two paths: test_hive_large_batch_observe_equals_the_same_batch_in_small_pieces)",
     ("if table is None or low < lowest or high > highest:", "< -> <="):
         "a block whose runs reach the table's end rebuilds the same table (each entry an elementwise pow)",
     ("if table is None or low < lowest or high > highest:", "> -> >="):
