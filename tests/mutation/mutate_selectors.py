@@ -190,6 +190,8 @@ EQUIVALENT_PATTERNS = {
     ("if ones is not None and n < np.iinfo(np.uint8).max and covers(", "max -> min"):
         "n < 0 never holds: every batch takes observe's per-group path, which gives the same state (tests "
         "compare the two paths: test_hive_large_batch_observe_equals_the_same_batch_in_small_pieces)",
+    ("if not covers(candidates.size, self.num_prompts):", "not -> (removed)"):
+        "swaps HIVE's two stage-1 paths, which give the same shortlist (tests compare each with the formula)",
     ("if table is None or low < lowest or high > highest:", "< -> <="):
         "a block whose runs reach the table's end rebuilds the same table (each entry an elementwise pow)",
     ("if table is None or low < lowest or high > highest:", "> -> >="):
