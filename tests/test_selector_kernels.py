@@ -310,13 +310,14 @@ def test_hive_screen_equals_the_spec_formula():
 
 
 @pytest.mark.parametrize("edge_floor, keep_floor, entropy, shift", [
-    (0.5, 0.01, True, 0.0), (0.0, 0.0, True, 0.0), (0.5, 0.01, False, 0.0), (0.5, 0.01, True, -5.0)])
+    (0.5, 0.01, True, 0.0), (0.0, 0.0, True, 0.0), (0.5, 0.01, False, 0.0), (0.5, 0.01, True, -5.0),
+    (0.5, 0.01, True, None)])
 def test_hive_screen_of_many_candidates_equals_the_spec_formula(edge_floor, keep_floor, entropy, shift):
     """The cells path (>= N/4 candidates) against not (v < 1 - q) of `select_probability` (the spec
     formula, checked above), over several blocks of prompts whose runs leave the first block's range on
     one side at a time, with q near 0 (t near 1: the top cell), q = 1 (t = 0), a negative h (q < 0,
     t > 1), unseen prompts, subsets of the prompts as candidates, and h ignored (use_response_entropy
-    false, or a mean h <= 0: `shift`)."""
+    false, a mean h < 0 or = 0: `shift`)."""
     from lze_bench.selectors.greso_state import CACHE_BLOCK
     from lze_bench.selectors.hive import HiveConfig, HiveSelector
 
@@ -333,8 +334,11 @@ def test_hive_screen_of_many_candidates_equals_the_spec_formula(edge_floor, keep
     seen = rng.random(num) < 0.9
     sel.p_hist = np.where(seen, rng.integers(0, 9, num) / 8, np.nan)
     sel.p_hist[:50] = 0.5  # e = 1 and, at run 0, q = 1
-    h = np.where(rng.random(num) < 0.7, rng.random(num) * 2 + shift, np.nan)
-    h[100:110] = -3.0  # u < 0: q < 0
+    if shift is None:  # every known h is 0: the mean is 0 and h is not used
+        h = np.where(rng.random(num) < 0.7, 0.0, np.nan)
+    else:
+        h = np.where(rng.random(num) < 0.7, rng.random(num) * 2 + shift, np.nan)
+        h[100:110] = -3.0  # u < 0: q < 0
     sel.h_hist = h
     sel._mean_entropy()
     for take in (num, num // 4, num // 2 + 1):
