@@ -325,10 +325,10 @@ def test_hive_screen_of_many_candidates_equals_the_spec_formula(edge_floor, keep
     config = HiveConfig(edge_floor=edge_floor, keep_floor=keep_floor, use_response_entropy=entropy)
     sel = HiveSelector(config, num_prompts=num, batch_size=64)
     rng = np.random.default_rng(5)
-    run = rng.integers(-1, 2, num)
-    run[CACHE_BLOCK + 10] = 9  # later blocks extend the table: upwards, then downwards, then both
-    run[2 * CACHE_BLOCK + 10] = -7
-    run[-1], run[-2] = 40, -40
+    run = rng.integers(-1, 2, num)  # later blocks extend the table by one run upwards, then downwards, then more
+    run[CACHE_BLOCK : CACHE_BLOCK + 500] = 2
+    run[2 * CACHE_BLOCK : 2 * CACHE_BLOCK + 500] = -2
+    run[-500:] = rng.choice([40, -40, 9, -7], 500)
     sel.history.run = run.astype(np.int32)
     sel.history.p_easy, sel.history.p_hard = 0.03, 0.61  # tiny keep probabilities: q below 1/256
     seen = rng.random(num) < 0.9

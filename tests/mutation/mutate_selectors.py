@@ -192,6 +192,11 @@ EQUIVALENT_PATTERNS = {
         "compare the two paths: test_hive_large_batch_observe_equals_the_same_batch_in_small_pieces)",
     ("if not covers(candidates.size, self.num_prompts):", "not -> (removed)"):
         "swaps HIVE's two stage-1 paths, which give the same shortlist (tests compare each with the formula)",
+    ("table, lowest, highest = None, 0, -1", "*"):
+        "bounds before the first table, which the first block always builds (table is None); keep_table "
+        "widens any range to run 0, and one more entry (+1) is never read",
+    ("highest = lowest + table.size - 1", "1 -> 2"):
+        "an upper bound one below the table's end only rebuilds the same table more often",
     ("if table is None or low < lowest or high > highest:", "< -> <="):
         "a block whose runs reach the table's end rebuilds the same table (each entry an elementwise pow)",
     ("if table is None or low < lowest or high > highest:", "> -> >="):
