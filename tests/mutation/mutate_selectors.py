@@ -197,6 +197,8 @@ EQUIVALENT_PATTERNS = {
         "widens any range to run 0, and one more entry (+1) is never read",
     ("highest = lowest + table.size - 1", "1 -> 2"):
         "an upper bound one below the table's end only rebuilds the same table more often",
+    ("highest = lowest + table.size - 1", "+ -> -"):
+        "an upper bound below the table's start rebuilds the same table at every block",
     ("if table is None or low < lowest or high > highest:", "< -> <="):
         "a block whose runs reach the table's end rebuilds the same table (each entry an elementwise pow)",
     ("if table is None or low < lowest or high > highest:", "> -> >="):
