@@ -33,8 +33,8 @@ cell, gathered from that 1 MB array, decides its draw unless the draw falls in t
 1 in 256), which compares with t itself (proof in `_shortlist`). This replaces a 16-byte record gather
 from 16 MB (~6 ms inside a step). Observe (`SkipHistory.observe_counts`, 0/1 rewards): each group's
 correct count is scattered as one byte and the records are updated block by block in prompt order,
-instead of a random 16-byte gather and scatter. Measured on this project's 2-core Xeon at load ~1:
-step ~41 -> ~35 ms; see docs/selectors.md ("Second pass") for the runs.
+instead of a random 16-byte gather and scatter. Measured on this project's 2-core Xeon at load 1.5-3:
+step ~40 -> ~33 ms (6.6 -> 5.5 np.sorts); see docs/selectors.md ("HIVE, third pass") for the runs.
 """
 
 from __future__ import annotations
