@@ -304,7 +304,76 @@ def test_hive_screen_equals_the_spec_formula():
     q = np.where(np.isnan(p), 1.0, k * e)
     assert np.array_equal(sel.select_probability(ids), q)
     draws = rng.random(ids.size)
-    assert np.array_equal(sel._listed(ids, draws), ~(draws < 1.0 - q))
+    listed = ~(draws < 1.0 - q)
+    assert np.array_equal(sel._listed_exact(ids, draws), listed)
+    assert np.array_equal(sel._shortlist(ids, draws), ids[listed])  # >= N/4 candidates: the cells path
+
+
+@pytest.mark.parametrize("edge_floor, keep_floor, entropy, shift", [
+    (0.5, 0.01, True, 0.0), (0.0, 0.0, True, 0.0), (0.5, 0.01, False, 0.0), (0.5, 0.01, True, -5.0),
+    (0.5, 0.01, True, None)])
+def test_hive_screen_of_many_candidates_equals_the_spec_formula(edge_floor, keep_floor, entropy, shift):
+    """The cells path (>= N/4 candidates) against not (v < 1 - q) of `select_probability` (the spec
+    formula, checked above), over several blocks of prompts whose runs leave the first block's range on
+    one side at a time, with q near 0 (t near 1: the top cell), q = 1 (t = 0), a negative h (q < 0,
+    t > 1), unseen prompts, subsets of the prompts as candidates, and h ignored (use_response_entropy
+    false, a mean h < 0 or = 0: `shift`)."""
+    from lze_bench.selectors.greso_state import CACHE_BLOCK
+    from lze_bench.selectors.hive import HiveConfig, HiveSelector
+
+    num = 3 * CACHE_BLOCK + 777
+    config = HiveConfig(edge_floor=edge_floor, keep_floor=keep_floor, use_response_entropy=entropy)
+    sel = HiveSelector(config, num_prompts=num, batch_size=64)
+    rng = np.random.default_rng(5)
+    run = rng.integers(-1, 2, num)  # later blocks extend the table by one run upwards, then downwards, then more
+    run[CACHE_BLOCK : CACHE_BLOCK + 500] = 2
+    run[2 * CACHE_BLOCK : 2 * CACHE_BLOCK + 500] = -2
+    run[-500:] = rng.choice([40, -40, 9, -7], 500)
+    sel.history.run = run.astype(np.int32)
+    sel.history.p_easy, sel.history.p_hard = 0.03, 0.61  # tiny keep probabilities: q below 1/256
+    seen = rng.random(num) < 0.9
+    sel.p_hist = np.where(seen, rng.integers(0, 9, num) / 8, np.nan)
+    sel.p_hist[:50] = 0.5  # e = 1 and, at run 0, q = 1
+    if shift is None:  # every known h is 0: the mean is 0 and h is not used
+        h = np.where(rng.random(num) < 0.7, 0.0, np.nan)
+    else:
+        h = np.where(rng.random(num) < 0.7, rng.random(num) * 2 + shift, np.nan)
+        h[100:110] = -3.0  # u < 0: q < 0
+    sel.h_hist = h
+    sel._mean_entropy()
+    for take in (num, num // 4, num // 2 + 1):
+        ids = rng.permutation(num)[:take]
+        q = sel.select_probability(ids)
+        for _ in range(3):
+            draws = rng.random(ids.size)
+            draws[:200] = np.floor(draws[:200] * 256) / 256  # draws on a cell edge
+            assert np.array_equal(sel._shortlist(ids, draws), ids[~(draws < 1.0 - q)])
+
+
+@pytest.mark.parametrize("n, scale", [(8, 1.0), (16, 1.0), (8, 0.5)])
+def test_hive_large_batch_observe_equals_the_same_batch_in_small_pieces(n, scale):
+    """A batch of 0/1 groups covering >= 1/4 of the prompts (byte counts, records block by block) vs the
+    same groups in pieces of < 1/4 (record gather and scatter): the same state, bit for bit; rewards
+    other than 0/1 (`scale`) take the per-group path at any size."""
+    from lze_bench.selectors import RolloutBatch
+    from lze_bench.selectors.greso_state import CACHE_BLOCK
+    from lze_bench.selectors.hive import HiveConfig, HiveSelector
+
+    num = 2 * CACHE_BLOCK + 999
+    whole, pieces = (HiveSelector(HiveConfig(beta=0.3), num_prompts=num, batch_size=64) for _ in range(2))
+    for sel in (whole, pieces):
+        sel.p_hist[: num // 3] = np.random.default_rng(1).random(num // 3)
+    for step in range(4):
+        rng = np.random.default_rng([step, 3])
+        ids = rng.permutation(num)[: num * 3 // 4]
+        rate = rng.choice([0.0, 1.0, 0.5, 0.9], ids.size)  # all-failed, all-solved, informative groups
+        rewards = (rng.random((ids.size, n)) < rate[:, None]).astype(np.float32) * np.float32(scale)
+        whole.observe(RolloutBatch(prompt_ids=ids, rewards=rewards, step=step))
+        for chunk in np.array_split(np.arange(ids.size), 4):
+            pieces.observe(RolloutBatch(prompt_ids=ids[chunk], rewards=rewards[chunk], step=step))
+        assert np.array_equal(whole.history.rows.view(np.uint8), pieces.history.rows.view(np.uint8))
+        assert (whole.history.rolled_step, whole.history.solved_step, whole.history.failed_step) == (
+            pieces.history.rolled_step, pieces.history.solved_step, pieces.history.failed_step)
 
 
 def test_astral_pool_from_the_last_pool_equals_the_general_dedup_and_filter():

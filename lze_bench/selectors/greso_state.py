@@ -23,6 +23,7 @@ PER_PROMPT = ("easy_run", "hard_run", "n_obs")
 SCALARS = ("p_easy", "p_hard", "epoch")
 TRANSIENT = ("kept_so_far", "gen_rounds", "last_round", "cand_step", "rolled_step", "solved_step", "failed_step")
 BLOCK = 1 << 16  # records per block of `observe` / `survivors`: their temporaries stay in cache at 10^6 prompts
+CACHE_BLOCK = 1 << 14  # prompts per block of `observe_counts` and HIVE's cells: the temporaries stay in L2
 
 
 def check_history_config(cfg) -> None:
@@ -36,6 +37,12 @@ def check_history_config(cfg) -> None:
     require(cfg.max_gen_batches >= 0, "selector.max_gen_batches", "must be >= 0 (0 = unlimited)")
     require(cfg.on_exhaust in ("partial", "error"), "selector.on_exhaust",
             f"use 'partial' or 'error', got {cfg.on_exhaust!r}")
+
+
+def covers(part: int, whole: int) -> bool:
+    """Whether a call over `part` of `whole` prompts takes a whole-array path (>= 1/4 of them): there
+    the sequential passes over every prompt cost less than random accesses to `part` records."""
+    return 4 * part >= whole
 
 
 def group_classes(rewards: np.ndarray, who: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -138,6 +145,11 @@ class SkipHistory:
         self._classes = (rewards, result, ones)
         return result
 
+    def correct_counts(self) -> np.ndarray | None:
+        """Unsigned ints[G]: correct responses per group of the batch `classes` has just seen, None unless
+        its rewards are all 0/1."""
+        return self._classes[2]
+
     def pass_rates(self, rewards: np.ndarray) -> np.ndarray:
         """float64[G] pass rates (RolloutBatch.pass_rate bit for bit) of the batch `classes` has just seen,
         from its correct counts when the rewards are 0/1 (only HIVE reads them: GRESO's step does not
@@ -218,21 +230,61 @@ class SkipHistory:
             self._observe_dense(ids, solved, failed)
             return
         records = self.rows.take(ids)
+        # the new run is s (max(s run, 0) + 1) with s = +1 solved, -1 failed, 0 informative:
+        # max(run, 0) + 1, -(max(-run, 0) + 1) = min(run, 0) - 1, and 0 (four passes instead of six)
+        sign = np.subtract(solved, failed, dtype=np.int32)
         for start in range(0, ids.size, BLOCK):  # blocks: temporaries stay in cache (same values as whole-batch)
             part = slice(start, start + BLOCK)
             block = records[part]
             run = block["run"]
-            grown = np.maximum(run, 0)
+            grown = np.multiply(run, sign[part])
+            np.maximum(grown, 0, out=grown)
             grown += 1
-            grown *= solved[part]  # where(solved, max(run, 0) + 1, 0)
-            shrunk = np.minimum(run, 0)
-            shrunk -= 1
-            np.copyto(grown, shrunk, where=failed[part])  # failed: min(run, 0) - 1
+            grown *= sign[part]
             run[...] = grown
             block["n_obs"] += 1
             if update is not None:
                 update(block, part)
         self.rows[ids] = records
+
+    def observe_counts(self, ids: np.ndarray, ones: np.ndarray, n: int, solved: np.ndarray, failed: np.ndarray,
+                       update) -> None:
+        """`observe` for a batch of 0/1 groups given its correct counts `ones` (n < 255 responses per group),
+        walking the records in prompt order: each group's count + 1 is scattered into a uint8[N] array
+        (1 byte per prompt, 0 = not in the batch), then each block of records gathers its marked
+        records, updates them and puts them back while the block is in cache. The same runs, counts
+        and `update(records, ones)` per prompt as `observe` (a prompt's update reads only its own record
+        and group; ids are unique in a batch), with the classes `classes` gives: ones == n solved,
+        ones == 0 failed. Measured at 10^6 prompts inside a step: ~3x cheaper than the random gather
+        and scatter of 16-byte records when the batch covers >= 1/4 of the prompts.
+        """
+        self.rolled_step += int(ids.size)
+        self.solved_step += int(np.count_nonzero(solved))
+        self.failed_step += int(np.count_nonzero(failed))
+        if getattr(self, "_marks", None) is None:  # kept: no fresh 1 MB per call (the records keep their size)
+            self._marks = np.empty(self.rows.size, dtype=np.uint8)
+        marks = self._marks
+        marks.fill(0)
+        marks[ids] = np.add(ones, 1, dtype=np.uint8)
+        for start in range(0, marks.size, CACHE_BLOCK):  # blocks: the records are read and written in memory order
+            part = slice(start, start + CACHE_BLOCK)
+            where = np.flatnonzero(marks[part] != 0)  # a bool mask: ~6x faster than the uint8 marks
+            if not where.size:
+                continue
+            block = self.rows[part]
+            records = block.take(where)
+            count = marks[part].take(where)
+            count -= 1
+            sign = np.subtract(count == n, count == 0, dtype=np.int32)  # as in `observe`
+            run = records["run"]
+            grown = np.multiply(run, sign)
+            np.maximum(grown, 0, out=grown)
+            grown += 1
+            grown *= sign
+            run[...] = grown
+            records["n_obs"] += 1
+            update(records, count)
+            block[where] = records
 
     def _observe_dense(self, ids: np.ndarray, solved: np.ndarray, failed: np.ndarray) -> None:
         """`observe`'s runs and counts through one byte scatter and sequential passes over every record.

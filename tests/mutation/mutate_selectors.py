@@ -204,6 +204,28 @@ EQUIVALENT_PATTERNS = {
     ("low, high = int(ids.min()), int(ids.max())", "*"):
         "bounds that only choose bincount or np.unique for the same duplicate test (ids >= 0)",
     ("BLOCK = 1 << 16", "*"): "block size of a blocked loop: every block computes the same values",
+    ("CACHE_BLOCK = 1 << 14", "*"): "block size of a blocked loop: every block computes the same values",
+    ("return 4 * part >= whole", "*"):
+        "threshold between whole-array and per-call paths that give the same values (tests cover both: "
+        "test_hive_screen_of_many_candidates_equals_the_spec_formula, test_hive_large_batch_observe_equals_...)",
+    ("if ones is not None and n < np.iinfo(np.uint8).max and covers(", "< -> <="):
+        "correct counts exist only for n in {1, 2, 4} or a multiple of 8 (stats.binary_ones): never n = 255",
+    ("if ones is not None and n < np.iinfo(np.uint8).max and covers(", "max -> min"):
+        "n < 0 never holds: every batch takes observe's per-group path, which gives the same state (tests "
+        "compare the two paths: test_hive_large_batch_observe_equals_the_same_batch_in_small_pieces)",
+    ("if not covers(candidates.size, self.num_prompts):", "not -> (removed)"):
+        "swaps HIVE's two stage-1 paths, which give the same shortlist (tests compare each with the formula)",
+    ("table, lowest, highest = None, 0, -1", "*"):
+        "bounds before the first table, which the first block always builds (table is None); keep_table "
+        "widens any range to run 0, and one more entry (+1) is never read",
+    ("highest = lowest + table.size - 1", "1 -> 2"):
+        "an upper bound one below the table's end only rebuilds the same table more often",
+    ("highest = lowest + table.size - 1", "+ -> -"):
+        "an upper bound below the table's start rebuilds the same table at every block",
+    ("if table is None or low < lowest or high > highest:", "< -> <="):
+        "a block whose runs reach the table's end rebuilds the same table (each entry an elementwise pow)",
+    ("if table is None or low < lowest or high > highest:", "> -> >="):
+        "a block whose runs reach the table's end rebuilds the same table (each entry an elementwise pow)",
     ("SOLVED = 1.0 - 1e-8", "1e-8 -> 2e-08"): "pass rates are multiples of 1/n: no p lies in [1 - 2e-8, 1 - 1e-8) for n < 5e7",
     ("(self.batch_size or 0) // 4)", "// -> /"): "int() of a positive quotient is its floor; max(1, x < 1) is 1",
     ("(self.batch_size or 0) // 4)", "0 -> 1"): "without a batch size, 0 // 4 and 1 // 4 are both 0: max(1, .) = 1",
