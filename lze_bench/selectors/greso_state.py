@@ -45,6 +45,16 @@ def covers(part: int, whole: int) -> bool:
     return 4 * part >= whole
 
 
+def next_runs(run: np.ndarray, sign: np.ndarray) -> np.ndarray:
+    """int32: each prompt's run after one observation, s (max(s run, 0) + 1) with s = +1 solved, -1 failed,
+    0 informative: max(run, 0) + 1, -(max(-run, 0) + 1) = min(run, 0) - 1, and 0 (four passes instead of six)."""
+    grown = np.multiply(run, sign)
+    np.maximum(grown, 0, out=grown)
+    grown += 1
+    grown *= sign
+    return grown
+
+
 def group_classes(rewards: np.ndarray, who: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(solved, failed, informative) bool[G]: every / no response correct, rewards not all equal.
 
@@ -230,18 +240,11 @@ class SkipHistory:
             self._observe_dense(ids, solved, failed)
             return
         records = self.rows.take(ids)
-        # the new run is s (max(s run, 0) + 1) with s = +1 solved, -1 failed, 0 informative:
-        # max(run, 0) + 1, -(max(-run, 0) + 1) = min(run, 0) - 1, and 0 (four passes instead of six)
-        sign = np.subtract(solved, failed, dtype=np.int32)
+        sign = np.subtract(solved, failed, dtype=np.int32)  # +1 solved, -1 failed, 0 informative (next_runs)
         for start in range(0, ids.size, BLOCK):  # blocks: temporaries stay in cache (same values as whole-batch)
             part = slice(start, start + BLOCK)
             block = records[part]
-            run = block["run"]
-            grown = np.multiply(run, sign[part])
-            np.maximum(grown, 0, out=grown)
-            grown += 1
-            grown *= sign[part]
-            run[...] = grown
+            block["run"] = next_runs(block["run"], sign[part])
             block["n_obs"] += 1
             if update is not None:
                 update(block, part)
@@ -276,12 +279,7 @@ class SkipHistory:
             count = marks[part].take(where)
             count -= 1
             sign = np.subtract(count == n, count == 0, dtype=np.int32)  # as in `observe`
-            run = records["run"]
-            grown = np.multiply(run, sign)
-            np.maximum(grown, 0, out=grown)
-            grown += 1
-            grown *= sign
-            run[...] = grown
+            records["run"] = next_runs(records["run"], sign)
             records["n_obs"] += 1
             update(records, count)
             block[where] = records

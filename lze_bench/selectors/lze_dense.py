@@ -9,8 +9,8 @@ array, and every update then runs as sequential passes over the prompts, in
 cache-sized blocks, with the same float64 operations in the same order as
 `energy_and_ema` (it is called on each block), so every state bit and every
 energy is what `LzeState.observe` gives. The energies stay in prompt order;
-what `select_update` needs in batch order is a 16-bit code per group
-(`codes`, one 2-byte gather) from which `topk.gumbel_top_k_codes` ranks, with
+what `select_update` needs in batch order is a one-byte code per group
+(`codes`, one 1-byte gather) from which `topk.gumbel_top_k_codes` ranks, with
 the exact float64 energies read only for the few groups near the cut
 (`DenseEnergy.exact`). `LzeState.cached` (and `to_dict`) gather them all
 when asked.
@@ -25,6 +25,7 @@ ranks the gathered float64 energies as before).
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 from lze_bench.selectors.lze_state import energy_and_ema
@@ -40,8 +41,8 @@ class DenseEnergy:
     """The last large batch: energies in prompt order, and what the ranking needs in batch order.
 
     ids      int64[G]    the batch's prompt ids
-    energy   float64[N]  exact energies at the batch's prompts (0 elsewhere); a work buffer, valid until the
-                         next observe
+    energy   float64[N]  exact energies at the batch's prompts (others are stale: never read); a work buffer,
+                         valid until the next observe
     codes    uint8[G]    ceil(E / unit) per group (0 iff E == 0), or None when the energies were not all finite
                          in [0, bound] (then unit, top, low and live are None too: nothing is ranked from codes)
     unit     float       the code unit: |codes * unit - E| <= unit + 2^-50 E
@@ -54,11 +55,11 @@ class DenseEnergy:
     ids: np.ndarray
     energy: np.ndarray
     codes: np.ndarray | None
-    unit: float
+    unit: float | None
     alive: np.ndarray
-    top: float
-    low: float
-    live: int
+    top: float | None
+    low: float | None
+    live: int | None
 
     def exact(self, positions: np.ndarray | None = None) -> np.ndarray:
         """float64 energies of the batch (or of some of its positions), in batch order."""

@@ -108,6 +108,8 @@ class LzeState:
     cache_energy: np.ndarray = None  # float64[G]
     cache_alive: np.ndarray = None  # bool[G]
     cache_card: np.ndarray = None  # float64[G]  card-variant score (empty when unused)
+    # not a field (not state): a prompt-order observe (`lze_dense.DenseEnergy`) whose energies are not yet gathered
+    pending = None
 
     # Per-prompt arrays are float32/int32: a step's cost at 10^6 prompts is
     # random gathers/scatters, so half the bytes is most of the speed; pass
@@ -240,11 +242,10 @@ class LzeState:
 
     def dense(self, ids: np.ndarray):
         """The prompt-order observe of this batch if its energies were not read or replaced since, else None."""
-        pending = getattr(self, "pending", None)
-        if pending is None or self.cache_energy is not None:
+        if self.pending is None or self.cache_energy is not None:
             return None
         self.check_cached(ids)
-        return pending
+        return self.pending
 
     def check_cached(self, ids: np.ndarray) -> None:
         if ids is not self.cache_ids and not np.array_equal(ids, self.cache_ids):
@@ -257,7 +258,7 @@ class LzeState:
 
     def materialize(self) -> None:
         """Gather a prompt-order observe's energies into batch order (cache_energy), once."""
-        if self.cache_energy is None and getattr(self, "pending", None) is not None:
+        if self.cache_energy is None and self.pending is not None:
             self.cache_energy = self.pending.exact()
 
     def to_dict(self) -> dict:

@@ -30,7 +30,7 @@ def _row_ones(flags: np.ndarray) -> np.ndarray:
     if n in (1, 2, 4, 8) and POPCOUNT:
         return np.bitwise_count(flags.view(PATTERN_WORDS[n])[:, 0])
     if n in (1, 2, 4, 8):
-        dtype = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[n]
+        dtype = PATTERN_WORDS[n]
         spread = dtype(int("01" * n, 16))
         product = flags.view(dtype)[:, 0] * spread
         return product.view(np.uint8)[n - 1 :: n].copy()  # little-endian: the top byte is the last one

@@ -3,8 +3,8 @@
 Exact and fast at 10^6 keys: `top_k_mask` is O(m) (one partition), the
 Gumbel helpers draw exactly the stream of one `rng.gumbel(0, scale, m)` and
 compute noise only where it can matter; `gumbel_top_k_codes` ranks keys
-whose base is known through one-byte codes without a logarithm per key. Every function returns what the
-straightforward formula returns (tests/test_selector_kernels.py checks it on
+whose base is known through one-byte codes without a logarithm per key.
+Every function returns what the straightforward formula returns (tests/test_selector_kernels.py checks it on
 random inputs with ties); the docstrings say why each shortcut is exact.
 """
 
@@ -193,18 +193,10 @@ def _filtered_top_k(u: np.ndarray, scale: float, base: np.ndarray, k: int,
     if not (np.isfinite(scale) and np.isfinite(base_absmax) and scale > 0):
         return None  # NaN / inf keys: the float64 path raises or ranks them as before
     key = _approx_keys(u, scale, base)
-    return _band_top_k(key, u, scale, k, _approx_delta(scale, base_absmax), base.take)
-
-
-def _band_top_k(key: np.ndarray, u: np.ndarray, scale: float, k: int, delta: float, exact_base) -> np.ndarray | None:
-    """The exact top-k of `base + gumbel(u)` from float32 keys `key` within `delta` of it (u >= SMALL_U).
-
-    `exact_base(positions)` gives the float64 base at some positions: the keys
-    of u < SMALL_U and of the band near the k-th largest are computed exactly.
-    """
     small = np.flatnonzero(u < SMALL_U)
     if small.size:  # exact float64 keys, rounded to float32: error <= 2^-24 |key| < delta
-        key[small] = _neg_log_log(u.take(small), scale) + exact_base(small)
+        key[small] = _neg_log_log(u.take(small), scale) + base.take(small)
+    delta = _approx_delta(scale, base_absmax)
     m = key.size
     kth = float(np.partition(key, m - k)[m - k])  # within delta of the exact k-th largest key
     above = np.float32(kth + 2.0 * delta)
@@ -217,7 +209,7 @@ def _band_top_k(key: np.ndarray, u: np.ndarray, scale: float, k: int, delta: flo
     if not 0 <= need <= band.size:
         return None  # cannot happen within the error bound; the float64 path decides
     exact = _neg_log_log(u.take(band), scale)
-    exact += exact_base(band)
+    exact += base.take(band)
     if np.any(np.abs(exact - key.take(band)) > delta):
         return None  # the float32 log is less accurate than assumed: do not trust the filter
     chosen[band.take(np.flatnonzero(top_k_mask(exact, need)))] = True
@@ -287,8 +279,9 @@ def _threshold_top_k(u: np.ndarray, u32: np.ndarray, scale: float, codes: np.nda
        comparison per group, no logarithm; in float32 with the thresholds
        moved inwards by more than its rounding). Surely below L likewise with the
        highest base, `u > t_out[code]`. eta (1e-9 of the keys' scale) exceeds
-       the float64 rounding of the keys and the thresholds are moved by a
-       relative 1e-9 outwards, so "surely" holds for the keys as computed.
+       the float64 rounding of the keys and both thresholds are moved by a
+       relative 1e-9 to shrink the sure sets, so "surely" holds for the keys
+       as computed.
     3. The other groups (the band) get their exact keys; the `need = k - #above`
        largest of them (ties by position) are chosen. This is the exact top-k
        if the chosen band keys are >= L and the others <= H: then every
