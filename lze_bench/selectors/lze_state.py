@@ -108,8 +108,11 @@ class LzeState:
     cache_energy: np.ndarray = None  # float64[G]
     cache_alive: np.ndarray = None  # bool[G]
     cache_card: np.ndarray = None  # float64[G]  card-variant score (empty when unused)
-    # not a field (not state): a prompt-order observe (`lze_dense.DenseEnergy`) whose energies are not yet gathered
+    # not fields (not state): a prompt-order observe (`lze_dense.DenseEnergy`) whose energies are not yet
+    # gathered, and the `last_p` / `n_obs` updates of prompt-order observes not yet written (`lze_dense.Deferred`;
+    # `flush` writes them: read those two arrays through `to_dict`, or after `flush()`)
     pending = None
+    deferred = None
 
     # Per-prompt arrays are float32/int32: a step's cost at 10^6 prompts is
     # random gathers/scatters, so half the bytes is most of the speed; pass
@@ -148,6 +151,7 @@ class LzeState:
         Random gathers and scatters run over the whole batch at once, the
         arithmetic in cache-sized blocks (module docstring).
         """
+        self.flush()
         d_init = self.gather(self.d_init, ids)
         ema = self.gather(self.ema, ids)
         if ids.size and not d_init.min() >= 0:  # first sight (a NaN also takes this path, as before)
@@ -261,8 +265,15 @@ class LzeState:
         if self.cache_energy is None and self.pending is not None:
             self.cache_energy = self.pending.exact()
 
+    def flush(self) -> None:
+        """Write the deferred `last_p` and `n_obs` updates of prompt-order observes (`lze_dense.Deferred`)."""
+        if self.deferred is not None:
+            self.deferred.flush(self)
+            self.deferred = None
+
     def to_dict(self) -> dict:
         self.materialize()
+        self.flush()
         return {f.name: (getattr(self, f.name).copy() if f.name in PER_PROMPT + CACHE else getattr(self, f.name))
                 for f in fields(self)}
 

@@ -239,18 +239,18 @@ def gumbel_top_k_codes(rng: np.random.Generator, scale: float, codes: np.ndarray
     k = min(max(0, int(k)), size)
     state = rng.bit_generator.state
     uniform = rng.random(size)
-    # float32 copies of the uniforms for the threshold tests; a zero among them is a zero uniform (u >= 2^-53
-    # otherwise), which NumPy's gumbel rejects and redraws: then its own stream decides (`_gumbel_uniforms`)
-    u32 = uniform.astype(np.float32)
-    if size and u32.min() == 0.0:
+    if 0 < k < size and size >= 4 * SAMPLE and np.isfinite(scale) and scale > 0:
+        if k == int(np.count_nonzero(codes)):  # every finite key and no -inf one: no ranking needed
+            if not uniform.min() == 0.0:  # (a zero uniform: NumPy's own stream below, as for every other key)
+                return codes != 0
+        else:
+            chosen = _threshold_top_k(uniform, float(scale), codes, float(unit), exact, k)
+            if chosen is not None:
+                return chosen
+    # a zero uniform, which NumPy's gumbel rejects and redraws: then its own stream decides (`_gumbel_uniforms`)
+    if size and uniform.min() == 0.0:
         rng.bit_generator.state = state
         uniform = None
-    elif 0 < k < size and size >= 4 * SAMPLE and np.isfinite(scale) and scale > 0:
-        if k == int(np.count_nonzero(codes)):  # every finite key and no -inf one: no ranking needed
-            return codes != 0
-        chosen = _threshold_top_k(uniform, u32, float(scale), codes, float(unit), exact, k)
-        if chosen is not None:
-            return chosen
     key = rng.gumbel(0.0, scale, size) if uniform is None else _neg_log_log(uniform, scale)
     key += _code_base(codes, exact(None))
     return top_k_mask(key, k)
@@ -268,7 +268,7 @@ def _uniform_below(key: np.ndarray, scale: float) -> np.ndarray:
         return -np.expm1(-np.exp(-key / scale))
 
 
-def _threshold_top_k(u: np.ndarray, u32: np.ndarray, scale: float, codes: np.ndarray, unit: float, exact, k: int):
+def _threshold_top_k(u: np.ndarray, scale: float, codes: np.ndarray, unit: float, exact, k: int):
     """The exact top-k of `base + gumbel(u)` from codes, or None (the caller ranks every key).
 
     1. A stride sample of SAMPLE keys, computed exactly, gives two cuts `H >= L`
@@ -291,7 +291,10 @@ def _threshold_top_k(u: np.ndarray, u32: np.ndarray, scale: float, codes: np.nda
     size = u.size
     stride = size // SAMPLE
     sample = np.arange(0, stride * SAMPLE, stride)
-    sample_key = _neg_log_log(u.take(sample), scale)
+    sample_u = u.take(sample)
+    if not sample_u.min() > 0.0:  # a zero uniform: NumPy's gumbel redraws it (the caller's path)
+        return None
+    sample_key = _neg_log_log(sample_u, scale)
     sample_key += _code_base(codes.take(sample), exact(sample))
     ordered = np.sort(sample_key)[::-1]
     m, frac = sample.size, k / size
@@ -308,14 +311,14 @@ def _threshold_top_k(u: np.ndarray, u32: np.ndarray, scale: float, codes: np.nda
     t_out = _uniform_below(low - eta - highest, scale) * (1.0 + 1e-9)
     t_in[0] = t_out[0] = -1.0  # code 0: key -inf, surely below
     # compared in float32, half the bytes: u32 = fl32(u) is within a relative 2^-24 of u, so moving each
-    # threshold a relative 2^-20 inwards keeps both tests sound (u32 < in32 => u < t_in; u32 > out32 => u > t_out)
-    in32 = np.nextafter(np.float32(t_in * (1.0 - 2.0**-20)), np.float32(-np.inf))
-    out32 = np.nextafter(np.float32(t_out * (1.0 + 2.0**-20)), np.float32(np.inf))
-    level = codes.astype(np.intp)
-    chosen = np.less(u32, in32.take(level))
-    open_ = np.less_equal(u32, out32.take(level))
-    open_ &= ~chosen
-    band = np.flatnonzero(open_)
+    # threshold a relative 2^-20 inwards keeps both tests sound (u32 < in32 => u < t_in; u32 > out32 => u > t_out);
+    # both thresholds of a code sit in one 8-byte table entry: one gather per group
+    pair = np.empty((256, 2), dtype=np.float32)
+    pair[:, 0] = np.nextafter(np.float32(t_in * (1.0 - 2.0**-20)), np.float32(-np.inf))
+    pair[:, 1] = np.nextafter(np.float32(t_out * (1.0 + 2.0**-20)), np.float32(np.inf))
+    chosen, band = _sure_and_band(u, codes, pair.view(np.uint64)[:, 0])
+    if chosen is None:
+        return None
     need = k - int(np.count_nonzero(chosen))
     if not 0 <= need <= band.size:
         return None
@@ -328,6 +331,38 @@ def _threshold_top_k(u: np.ndarray, u32: np.ndarray, scale: float, codes: np.nda
         return None
     chosen[band.take(np.flatnonzero(picked))] = True
     return chosen
+
+
+def _sure_and_band(u: np.ndarray, codes: np.ndarray, table: np.ndarray):
+    """(bool[size] u32 < in32[code], int64 positions with in32[code] <= u32 <= out32[code]), or (None, None)
+    if some uniform is 0 (NumPy's gumbel would redraw it).
+
+    `table` holds each code's float32 pair (in32, out32) as one uint64. Works in blocks of BLOCK groups
+    whose float32 uniforms, indices and gathered pairs stay in cache (measured: the same passes over whole
+    8 MB arrays cost about twice as much next to a step's other memory traffic). in32 <= out32 for every
+    code > 0 (`t_in <= t_out`, rounded outwards), so a chosen group is open too and `open ^ chosen` is the
+    band; code 0 has in32 < 0 and out32 < 0, neither holds.
+    """
+    size = u.size
+    chosen = np.empty(size, dtype=bool)
+    width = min(size, BLOCK)
+    u32, level = np.empty(width, dtype=np.float32), np.empty(width, dtype=np.intp)
+    pairs, open_ = np.empty(width, dtype=np.uint64), np.empty(width, dtype=bool)
+    bands = []
+    for start in range(0, size, BLOCK):
+        end = min(start + BLOCK, size)
+        v, index, both, band = u32[: end - start], level[: end - start], pairs[: end - start], open_[: end - start]
+        np.copyto(v, u[start:end], casting="same_kind")
+        if not v.min() > 0.0:  # fl32(u) is 0 only for u == 0 (else u >= 2^-53)
+            return None, None
+        np.copyto(index, codes[start:end])
+        table.take(index, out=both, mode="clip")  # codes are < 256; mode clip: no buffered bounds check
+        thresholds = both.view(np.float32).reshape(end - start, 2)
+        inside = np.less(v, thresholds[:, 0], out=chosen[start:end])
+        np.less_equal(v, thresholds[:, 1], out=band)
+        band ^= inside
+        bands.append(np.flatnonzero(band) + start)
+    return chosen, np.concatenate(bands)
 
 
 def median(values: np.ndarray) -> float:
