@@ -194,8 +194,7 @@ def _blocks(state, marks, n, cfg, energy, codes, deferred):
             seen = np.not_equal(mark, 0)
             keep = _word_mask(seen, mask_buf[:count])
             new = ema_buf[:count]
-            np.copyto(new, ema)
-            energy_and_ema(p, d_init, new, cfg, e, buf[:count], wide[:count])
+            energy_and_ema(p, d_init, ema, cfg, e, buf[:count], wide[:count], target=new)
             _blend(ema, new, keep, word_buf[:count])
             _blend_bytes(deferred.latest[part], mark, seen, byte_buf[:count], diff_buf[:count])
             deferred.counts[part] += seen.view(np.uint8)

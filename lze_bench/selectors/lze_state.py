@@ -35,8 +35,9 @@ SOLVED = 1.0 - 1e-8  # prune_replay.py: a group counts as all-correct at p >= 1 
 BLOCK = 1 << 16  # groups per block of `energy_and_ema` (float64 temporaries of 512 KiB stay in cache)
 
 
-def energy_and_ema(p, d_init, ema, cfg, energy, buf, wide=None) -> None:
-    """Energy of spec §5 steps 2-3 into `energy`, and step 4's EMA update of `ema` in place.
+def energy_and_ema(p, d_init, ema, cfg, energy, buf, wide=None, target=None) -> None:
+    """Energy of spec §5 steps 2-3 into `energy`, and step 4's EMA update of `ema` in place (into `target`
+    instead if given: float32 of the same length, `ema` is then left as it was).
 
     The same bits as the spec's formulas evaluated straightforwardly in
     float64 from the float32 state: `E = ((1-p) p * 4) d_init * (1 + w m)`,
@@ -78,13 +79,14 @@ def energy_and_ema(p, d_init, ema, cfg, energy, buf, wide=None) -> None:
         energy *= 4.0
     energy *= widen(d_init)
     energy *= buf
-    np.multiply(ema, cfg.ema_decay, out=ema)
+    target = ema if target is None else target
+    np.multiply(ema, cfg.ema_decay, out=target)
     np.multiply(p, 1.0 - cfg.ema_decay, out=buf)
     if wide is None:
-        np.add(buf, ema, out=ema, casting="same_kind")
+        np.add(buf, target, out=target, casting="same_kind")
     else:  # the float64 sum, rounded once to float32 by the copy (what the mixed add's output cast does)
-        buf += widen(ema)
-        np.copyto(ema, buf, casting="same_kind")
+        buf += widen(target)
+        np.copyto(target, buf, casting="same_kind")
 
 
 def _widened(values: np.ndarray, wide: np.ndarray) -> np.ndarray:

@@ -344,14 +344,12 @@ def _sure_and_band(u: np.ndarray, codes: np.ndarray, table: np.ndarray):
     band; code 0 has in32 < 0 and out32 < 0, neither holds.
     """
     size = u.size
-    chosen = np.empty(size, dtype=bool)
+    chosen, open_ = np.empty(size, dtype=bool), np.empty(size, dtype=bool)
     width = min(size, BLOCK)
-    u32, level = np.empty(width, dtype=np.float32), np.empty(width, dtype=np.intp)
-    pairs, open_ = np.empty(width, dtype=np.uint64), np.empty(width, dtype=bool)
-    bands = []
+    u32, level, pairs = np.empty(width, dtype=np.float32), np.empty(width, dtype=np.intp), np.empty(width, dtype=np.uint64)
     for start in range(0, size, BLOCK):
         end = min(start + BLOCK, size)
-        v, index, both, band = u32[: end - start], level[: end - start], pairs[: end - start], open_[: end - start]
+        v, index, both, band = u32[: end - start], level[: end - start], pairs[: end - start], open_[start:end]
         np.copyto(v, u[start:end], casting="same_kind")
         if not v.min() > 0.0:  # fl32(u) is 0 only for u == 0 (else u >= 2^-53)
             return None, None
@@ -361,8 +359,7 @@ def _sure_and_band(u: np.ndarray, codes: np.ndarray, table: np.ndarray):
         inside = np.less(v, thresholds[:, 0], out=chosen[start:end])
         np.less_equal(v, thresholds[:, 1], out=band)
         band ^= inside
-        bands.append(np.flatnonzero(band) + start)
-    return chosen, np.concatenate(bands)
+    return chosen, np.flatnonzero(open_)  # one call: ~2x cheaper than one per block
 
 
 def median(values: np.ndarray) -> float:
