@@ -39,8 +39,10 @@ proves them in [0, 1]). A batch covering >= 1/4 of the prompts is observed
 in prompt order (`lze_dense`: one byte per group scattered, then
 sequential blocks over the prompts instead of four random 4-byte accesses
 per group) and ranked from one-byte energy codes by
-`gumbel_top_k_codes` (a sampled cut, per-code uniform thresholds, exact
-float64 keys only near the cut). Smaller batches: `LzeState.observe`
+`gumbel_top_k_codes` (a sampled cut, per-code uniform thresholds in
+cache-sized blocks, exact float64 keys only near the cut); its `last_p`
+and `n_obs` updates are kept as bytes and written when the state is read
+(`lze_dense.Deferred`: no decision reads them). Smaller batches: `LzeState.observe`
 batches its random accesses and blocks its arithmetic; `select_update`
 ranks every group with the E == 0 keys set to -inf in place by
 `gumbel_top_k_dense`, whose float32 pre-filter only rules out keys provably

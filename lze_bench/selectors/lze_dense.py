@@ -13,7 +13,10 @@ what `select_update` needs in batch order is a one-byte code per group
 (`codes`, one 1-byte gather) from which `topk.gumbel_top_k_codes` ranks, with
 the exact float64 energies read only for the few groups near the cut
 (`DenseEnergy.exact`). `LzeState.cached` (and `to_dict`) gather them all
-when asked.
+when asked. `last_p` and `n_obs`, which no decision reads, are not written
+here: one byte per prompt keeps the latest mark and one the observations
+since the last write (`Deferred`), and `LzeState.flush` writes both when
+the state is read (`to_dict`) or a small batch is observed per id.
 
 Taken only when exact: 0/1 rewards (`stats.binary_ones`), n <= 254 (a count
 + 1 fits a byte), the code variant; ids are unique (`RolloutBatch` refuses

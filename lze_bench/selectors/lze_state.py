@@ -98,7 +98,7 @@ def _widened(values: np.ndarray, wide: np.ndarray) -> np.ndarray:
 class LzeState:
     d_init: np.ndarray  # float32[N]  difficulty anchor, -1 = unset
     ema: np.ndarray  # float32[N]  EMA of the pass rate (init 0.5, overwritten at first sight)
-    n_obs: np.ndarray  # int32[N]  observations
+    n_obs: np.ndarray  # int32[N]  observations (with last_p: may lag behind until `flush`, see below)
     first_epoch: np.ndarray  # int32[N]  epoch of first sight, -1 = unseen
     last_p: np.ndarray  # float32[N]  last pass rate, NaN = unseen
     streak: np.ndarray  # int32[N]  consecutive all-correct observations (pruner)
