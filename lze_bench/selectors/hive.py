@@ -201,7 +201,7 @@ class HiveSelector(Selector):
         index = np.empty(CACHE_BLOCK, dtype=np.intp)
         q, e, p = np.empty(CACHE_BLOCK), np.empty(CACHE_BLOCK), np.empty(CACHE_BLOCK)
         h_bar = self.h_bar if cfg.use_response_entropy and self.h_bar is not None and self.h_bar > 0 else None
-        keep, lowest = None, 0
+        keep = lowest = None  # no prompts: no table
         for part, r, table, lowest in self.history.run_blocks():  # blocks: the temporaries stay in cache
             width = r.size
             i, k, x, y = index[:width], q[:width], e[:width], p[:width]
