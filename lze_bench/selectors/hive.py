@@ -35,6 +35,11 @@ from 16 MB (~6 ms inside a step). Observe (`SkipHistory.observe_counts`, 0/1 rew
 correct count is scattered as one byte and the records are updated block by block in prompt order,
 instead of a random 16-byte gather and scatter. Measured on this project's 2-core Xeon at load 1.5-3:
 step ~40 -> ~33 ms (6.6 -> 5.5 np.sorts); see docs/selectors.md ("HIVE, third pass") for the runs.
+Fourth pass (`greso_state.screen`, shared with GRESO): the draws are made, screened against the cells
+and the listed candidates compacted block by block (64K candidates), so the 8 MB of draws never reach
+memory and the candidates are read once (one `rng.random(m)` stream: each double is one step of the
+bit generator whatever the block sizes); the update skips the running count when every informative
+group fits. See docs/selectors.md ("HIVE and GRESO, fourth pass").
 """
 
 from __future__ import annotations
