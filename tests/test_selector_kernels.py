@@ -270,6 +270,67 @@ def test_greso_large_batch_observe_equals_the_same_batch_in_small_pieces():
             pieces.rolled_step, pieces.solved_step, pieces.failed_step)
 
 
+@pytest.mark.parametrize("p_easy, keep_floor", [(0.37, 0.01), (0.003, 0.0), (1.7, 0.01), (float("nan"), 0.01)])
+def test_greso_screen_of_many_candidates_equals_the_exact_skip_rule(p_easy, keep_floor):
+    """Candidates covering >= 1/4 of the prompts (1-byte skip cells, `screen` block by block) keep exactly
+    the ids `survivors` keeps (checked against the spec formula above), over more than one screen block
+    and several cell blocks whose runs widen the table both ways, with skip probabilities that round to 1
+    (the top cell), p_easy > 1 (skip < 0), a NaN p_easy (a NaN skip never survives, as in `survivors`),
+    subsets of the prompts, draws on cell edges; drawn from a Generator, the same ids and the same rng
+    state as one `random(m)` call."""
+    from lze_bench.selectors.greso_state import BLOCK, CACHE_BLOCK
+
+    num = BLOCK + 3 * CACHE_BLOCK + 777
+    history = greso_state(num, 9, keep_floor=keep_floor)
+    history.p_easy = p_easy  # as a loaded state may hold (the config check covers only the initial value)
+    run = history.run.copy()
+    run[CACHE_BLOCK : CACHE_BLOCK + 300] = 70  # later blocks leave the first block's range upwards, downwards
+    run[2 * CACHE_BLOCK : 2 * CACHE_BLOCK + 300] = -80
+    history.run = run
+    rng = np.random.default_rng(3)
+    for take in (num, num // 4, num // 2 + 1):
+        ids = rng.permutation(num)[:take]
+        draws = rng.random(take)
+        draws[:3000] = np.floor(draws[:3000] * 256) / 256  # draws on a cell edge
+        kept = history.survivor_ids(ids, draws)
+        assert np.array_equal(kept, ids[history.survivors(ids, draws)]) and kept.dtype == ids.dtype
+        drawn, alone = np.random.default_rng([take, 1]), np.random.default_rng([take, 1])
+        assert np.array_equal(history.survivor_ids(ids, drawn), ids[history.survivors(ids, alone.random(take))])
+        assert drawn.bit_generator.state == alone.bit_generator.state
+
+
+def test_hive_screen_over_several_blocks_draws_the_stream_of_one_call():
+    """HIVE's stage 1 over more than one screen block: from a Generator, the shortlist of one `random(m)`
+    (the spec formula on those draws) and the same rng state after."""
+    from lze_bench.selectors.greso_state import BLOCK
+    from lze_bench.selectors.hive import HiveConfig, HiveSelector
+
+    num = 2 * BLOCK + 999
+    sel = HiveSelector(HiveConfig(), num_prompts=num, batch_size=64)
+    rng = np.random.default_rng(17)
+    sel.history.run = greso_state(num, 17).run
+    sel.p_hist = np.where(rng.random(num) < 0.8, rng.integers(0, 9, num) / 8, np.nan)
+    for take in (num, num // 3):
+        ids = rng.permutation(num)[:take]
+        drawn, alone = np.random.default_rng([take, 2]), np.random.default_rng([take, 2])
+        listed = ~(alone.random(take) < 1.0 - sel.select_probability(ids))
+        assert np.array_equal(sel._shortlist(ids, drawn), ids[listed])
+        assert drawn.bit_generator.state == alone.bit_generator.state
+
+
+@pytest.mark.parametrize("shift", [-2, -1, 0, 1, 5])
+def test_first_informative_equals_the_running_count_rule(shift):
+    """dapo's rule `informative & (cumsum <= room)`, with room around the number of informative groups
+    (at or above it: every one, as a new array)."""
+    from lze_bench.selectors.greso_state import first_informative
+
+    informative = np.random.default_rng(shift + 9).random(1000) < 0.4
+    room = int(informative.sum()) + shift
+    kept = first_informative(informative, room)
+    assert np.array_equal(kept, informative & (np.cumsum(informative) <= room))
+    assert kept.dtype == bool and not np.shares_memory(kept, informative)
+
+
 @pytest.mark.parametrize("size", [1, 2, 7, 10, 1001, 40000])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_median_equals_numpy_median(size, dtype):

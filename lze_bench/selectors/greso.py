@@ -122,9 +122,9 @@ class GresoSelector(Selector):
 
     def select_rollout(self, candidate_ids, budget, step, rng, features=None):
         candidates = np.asarray(candidate_ids, dtype=np.int64).reshape(-1)
-        draws = rng.random(candidates.size)  # one uniform per candidate, candidate order
         self.history.cand_step += int(candidates.size)
-        return np.compress(self.history.survivors(candidates, draws), candidates)[: max(0, int(budget))]  # skip iff u < 1 - keep
+        # skip iff u < 1 - keep, one uniform per candidate in candidate order
+        return self.history.survivor_ids(candidates, rng)[: max(0, int(budget))]
 
     # --- backward ------------------------------------------------------------
     def observe(self, batch):

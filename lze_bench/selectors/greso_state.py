@@ -45,6 +45,39 @@ def covers(part: int, whole: int) -> bool:
     return 4 * part >= whole
 
 
+def screen(candidates: np.ndarray, cells: np.ndarray, draws, exact, out: np.ndarray) -> np.ndarray:
+    """The candidates with not (v < t), in candidate order, written to the front of `out` (returned: that view).
+
+    `v`: one uniform per candidate, `draws` itself (float64[m]) or drawn here from the Generator `draws`
+    block by block (the stream of one `draws.random(m)`: each double is one step of the bit generator,
+    whatever the block sizes). `cells` (uint8[N], by prompt id): floor(256 t) clipped to [0, 255], NaN
+    t at 0 if NaN counts as listed, at 255 if not. With d = floor(256 v) (256 v is exact; the cast floors
+    it), d > c means v >= t and d < c means v < t (the proof is in `HiveSelector._shortlist`); only d == c
+    (about one draw in 256) asks `exact(ids, v)` (bool, listed) for those candidates. Each block is
+    compressed into `out` while its ids are in cache: one pass over the candidates, and the draws never
+    reach memory.
+    """
+    m = candidates.size
+    size = min(m, BLOCK)
+    listed, near, drawn = np.empty(size, dtype=bool), np.empty(size, dtype=bool), np.empty(size, dtype=np.uint8)
+    scratch = None if isinstance(draws, np.ndarray) else np.empty(size)
+    count = 0
+    for start in range(0, m, BLOCK):  # blocks: ids, draws and masks stay in cache
+        ids = candidates[start : start + BLOCK]
+        width = ids.size
+        v = draws[start : start + width] if scratch is None else draws.random(out=scratch[:width])
+        cell = cells.take(ids)
+        d = np.multiply(v, 256.0, out=drawn[:width], casting="unsafe")  # floor(256 v)
+        keep = np.greater(d, cell, out=listed[:width])
+        close = np.flatnonzero(np.equal(d, cell, out=near[:width]))
+        if close.size:
+            keep[close] = exact(ids.take(close), v.take(close))
+        kept = np.flatnonzero(keep)  # then a clip-mode take (in range): ~1.5x np.compress into a slice of `out`
+        ids.take(kept, out=out[count : count + kept.size], mode="clip")
+        count += kept.size
+    return out[:count]
+
+
 def next_runs(run: np.ndarray, sign: np.ndarray) -> np.ndarray:
     """int32: each prompt's run after one observation, s (max(s run, 0) + 1) with s = +1 solved, -1 failed,
     0 informative: max(run, 0) + 1, -(max(-run, 0) + 1) = min(run, 0) - 1, and 0 (four passes instead of six)."""
@@ -87,7 +120,10 @@ def round_estimate(need: int, groups: int, zero: int, first_round: int, margin: 
 
 def first_informative(informative: np.ndarray, room: int) -> np.ndarray:
     """dapo's `keep_first_informative`, `informative & (cumsum <= room)`, with an int32 running count
-    (half the memory traffic of the default int64 one at 10^6 groups; exact below 2^31 groups)."""
+    (half the memory traffic of the default int64 one at 10^6 groups; exact below 2^31 groups). When all
+    the informative groups fit, no running count exceeds `room` (each is <= the total): a copy, no cumsum."""
+    if np.count_nonzero(informative) <= room:
+        return informative.copy()
     return informative & (np.cumsum(informative, dtype=np.int32) <= room)
 
 
@@ -217,6 +253,65 @@ class SkipHistory:
             part = slice(start, start + BLOCK)
             np.greater_equal(draws[part], skip.take(np.subtract(run[part], lowest, dtype=np.intp)), out=out[part])
         return out
+
+    def survivor_ids(self, ids: np.ndarray, draws) -> np.ndarray:
+        """The candidates `ids` that `survivors` keeps, in candidate order; `draws`: the uniforms (float64[m])
+        or the Generator to draw them from (one `random(m)`, candidate order).
+
+        Candidates covering >= 1/4 of the prompts: each prompt's skip probability s as a 1-byte cell
+        (`skip_cells`) and `screen` (a 1-byte gather from 1 MB instead of an 8-byte record gather from
+        8 MB); the draws in s's cell compare with s itself, from the same table.
+        """
+        if not covers(ids.size, self.rows.size):
+            if not isinstance(draws, np.ndarray):
+                draws = draws.random(ids.size)
+            return np.compress(self.survivors(ids, draws), ids)
+        cells, skip, lowest = self.skip_cells()
+
+        def exact(which, v):  # not (v < s), as `survivors` compares (take of the strided field would copy it)
+            return np.greater_equal(v, skip.take(np.subtract(self.rows.take(which)["run"], lowest, dtype=np.intp)))
+
+        return screen(ids, cells, draws, exact, np.empty(ids.size, dtype=ids.dtype))
+
+    def skip_cells(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """(uint8[N] cells, the skip table 1 - keep, its lowest run): each prompt's threshold cell floor(256 s)
+        clipped to [0, 255], 255 where s is NaN (`v >= NaN` is false: not a survivor), for `screen`.
+
+        Cells come from a 256-entry-or-smaller table of the runs present (`run_blocks`), one gather per
+        prompt in prompt order; 256 s is exact (a power of two) and the table's s are `survivors`'.
+        """
+        cells = self._scratch("_skip_cells", np.uint8)
+        code = skip = lowest = None  # no prompts: no table
+        for part, run, table, lowest in self.run_blocks():
+            if code is None or table is not keep:  # the cells of the runs this table covers
+                keep, skip = table, np.subtract(1.0, table)
+                scaled = np.floor(skip * 256.0)
+                code = np.where(np.isnan(scaled), 255.0, np.clip(scaled, 0.0, 255.0)).astype(np.uint8)
+            code.take(np.subtract(run, lowest, dtype=np.intp), out=cells[part], mode="clip")  # in range
+        return cells, skip, lowest
+
+    def run_blocks(self):
+        """Yields (slice, its runs as contiguous int32, keep table, its lowest run) for the prompts in
+        order, CACHE_BLOCK at a time; the table covers every run of the blocks so far (rebuilt wider when a
+        block leaves it, rarely after the first: `keep_table` gives a run the same entry over any range)."""
+        runs = self.rows["run"]
+        buffer = np.empty(min(runs.size, CACHE_BLOCK), dtype=np.int32)
+        table, lowest, highest = None, 0, -1
+        for start in range(0, runs.size, CACHE_BLOCK):
+            part = slice(start, start + CACHE_BLOCK)
+            run = buffer[: min(CACHE_BLOCK, runs.size - start)]
+            np.copyto(run, runs[part])
+            low, high = int(run.min()), int(run.max())
+            if table is None or low < lowest or high > highest:
+                table, lowest = self.keep_table(min(low, lowest), max(high, highest))
+                highest = lowest + table.size - 1
+            yield part, run, table, lowest
+
+    def _scratch(self, name: str, dtype) -> np.ndarray:
+        """A [N] buffer of `dtype` kept across calls under `name`: no fresh 1 MB per call (N is fixed)."""
+        if getattr(self, name, None) is None:
+            setattr(self, name, np.empty(self.rows.size, dtype=dtype))
+        return getattr(self, name)
 
     @staticmethod
     def run_bounds(run: np.ndarray) -> tuple[np.ndarray, int, int]:

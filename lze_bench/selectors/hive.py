@@ -35,6 +35,12 @@ from 16 MB (~6 ms inside a step). Observe (`SkipHistory.observe_counts`, 0/1 rew
 correct count is scattered as one byte and the records are updated block by block in prompt order,
 instead of a random 16-byte gather and scatter. Measured on this project's 2-core Xeon at load 1.5-3:
 step ~40 -> ~33 ms (6.6 -> 5.5 np.sorts); see docs/selectors.md ("HIVE, third pass") for the runs.
+Fourth pass (`greso_state.screen`, shared with GRESO): the draws are made, screened against the cells
+and the listed candidates compacted block by block (64K candidates; one `rng.random(m)` stream: each
+double is one step of the bit generator whatever the block sizes), which measures the same as the
+one-shot draws and compress; the update skips the running count when every informative group fits
+(~1.2 -> ~0.1 ms). Step ~33 -> ~32 ms (5.3 -> 5.0 np.sorts, medians at load 1.5); see docs/selectors.md
+("HIVE and GRESO, fourth pass") for the runs and what was tried.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from lze_bench.errors import LzeBenchError
 from lze_bench.registry import SELECTORS
 from lze_bench.selectors.base import Selector, UpdateDecision, top_k_mask
 from lze_bench.selectors.topk import median
-from lze_bench.selectors.greso_state import BLOCK, CACHE_BLOCK, SkipHistory, check_history_config, covers
+from lze_bench.selectors.greso_state import BLOCK, CACHE_BLOCK, SkipHistory, check_history_config, covers, screen
 
 
 @dataclass
@@ -196,22 +202,17 @@ class HiveSelector(Selector):
         prompts (each entry is the same elementwise pow as over any sub-range). The cast truncates,
         i.e. floors, values in [0, 255].
         """
-        cfg, rows, history = self.config, self.history.rows, self.history
-        cells = self._cell_buffer()
-        run, index = np.empty(CACHE_BLOCK, dtype=np.int32), np.empty(CACHE_BLOCK, dtype=np.intp)
+        cfg, rows = self.config, self.history.rows
+        cells = self.history._scratch("_hive_cells", np.uint8)
+        index = np.empty(CACHE_BLOCK, dtype=np.intp)
         q, e, p = np.empty(CACHE_BLOCK), np.empty(CACHE_BLOCK), np.empty(CACHE_BLOCK)
         h_bar = self.h_bar if cfg.use_response_entropy and self.h_bar is not None and self.h_bar > 0 else None
-        table, lowest, highest = None, 0, -1
-        for start in range(0, rows.size, CACHE_BLOCK):  # blocks: the temporaries stay in cache
-            part = slice(start, start + CACHE_BLOCK)
-            width = min(CACHE_BLOCK, rows.size - start)
-            r, i, k, x, y = run[:width], index[:width], q[:width], e[:width], p[:width]
-            np.copyto(r, rows["run"][part])
-            low, high = int(r.min()), int(r.max())
-            if table is None or low < lowest or high > highest:  # extend the table (rarely after the first block)
-                table, lowest = history.keep_table(min(low, lowest), max(high, highest))
-                highest = lowest + table.size - 1
-                scaled = table * 256.0
+        keep = lowest = None  # no prompts: no table
+        for part, r, table, lowest in self.history.run_blocks():  # blocks: the temporaries stay in cache
+            width = r.size
+            i, k, x, y = index[:width], q[:width], e[:width], p[:width]
+            if table is not keep:
+                keep, scaled = table, table * 256.0
             scaled.take(np.subtract(r, lowest, out=i), out=k, mode="clip")  # 256 k; in range: clip skips bounds checks
             np.copyto(y, rows["p_hist"][part])
             np.multiply(4.0, y, out=x)  # e as `_edge` computes it
@@ -226,16 +227,11 @@ class HiveSelector(Selector):
             np.subtract(256.0, k, out=k)
             np.fmax(k, 0.0, out=k)  # NaN -> 0
             np.fmin(k, 255.0, out=cells[part], casting="unsafe")
-        return cells, table, lowest
+        return cells, keep, lowest
 
-    def _cell_buffer(self) -> np.ndarray:
-        """uint8[N] scratch of `_cells`, kept across steps: no fresh 1 MB per call."""
-        if getattr(self, "_cells_scratch", None) is None:  # num_prompts is fixed at construction
-            self._cells_scratch = np.empty(self.num_prompts, dtype=np.uint8)
-        return self._cells_scratch
-
-    def _shortlist(self, candidates: np.ndarray, draws: np.ndarray) -> np.ndarray:
-        """The candidates with not (v < 1 - q), the stage-1 screen, in candidate order.
+    def _shortlist(self, candidates: np.ndarray, draws) -> np.ndarray:
+        """The candidates with not (v < 1 - q), the stage-1 screen, in candidate order; `draws`: the
+        uniforms v (float64[m]) or the Generator to draw them from (one `random(m)`, candidate order).
 
         Fewer than N/4 candidates: `_listed_exact`, O(m). More: each candidate's 1-byte threshold cell
         (`_cells`) decides almost every draw. With c the cell and d = floor(256 v) (v in [0, 1): 256 v
@@ -244,38 +240,32 @@ class HiveSelector(Selector):
         NaN` is false); d < c gives v < (d + 1) / 256 <= c / 256 <= t: not listed (c > 0 here, so t
         is neither NaN nor < 0). Only d == c (about one draw in 256, whatever the t) compares v with t
         itself, computed from the records as `_listed_exact` computes it. A 1-byte gather from a 1 MB
-        array replaces the 16-byte record gather from 16 MB.
+        array replaces the 16-byte record gather from 16 MB; `greso_state.screen` draws, screens and
+        compresses block by block.
         """
         if not covers(candidates.size, self.num_prompts):
+            if not isinstance(draws, np.ndarray):
+                draws = draws.random(candidates.size)
             return np.compress(self._listed_exact(candidates, draws), candidates)
         cells, table, lowest = self._cells()
         rows = self.history.rows
-        listed = np.empty(candidates.size, dtype=bool)
-        drawn, near = np.empty(BLOCK, dtype=np.uint8), np.empty(candidates.size, dtype=bool)
-        for start in range(0, candidates.size, BLOCK):  # blocks: ids and draws (1 MiB) stay in cache
-            part = slice(start, start + BLOCK)
-            ids, v = candidates[part], draws[part]
-            cell = cells.take(ids)
-            d = np.multiply(v, 256.0, out=drawn[: ids.size], casting="unsafe")  # floor(256 v)
-            keep = np.greater(d, cell, out=listed[part])
-            close = np.flatnonzero(np.equal(d, cell, out=near[part]))
-            if close.size:  # t itself, as `_listed_exact` computes it
-                which = ids.take(close)
-                records = rows.take(which)
-                q = table.take(np.subtract(records["run"], lowest, dtype=np.intp))
-                q *= self._edge(records["p_hist"], which)
-                np.subtract(1.0, q, out=q)
-                keep[close] = ~np.less(v.take(close), q)
-        return np.compress(listed, candidates)  # compress: 2.5x a bool-mask index
+
+        def exact(which, v):  # t itself, as `_listed_exact` computes it
+            records = rows.take(which)
+            q = table.take(np.subtract(records["run"], lowest, dtype=np.intp))
+            q *= self._edge(records["p_hist"], which)
+            np.subtract(1.0, q, out=q)
+            return ~np.less(v, q)
+
+        return screen(candidates, cells, draws, exact, np.empty(candidates.size, dtype=candidates.dtype))
 
     # --- forward -------------------------------------------------------------
     def select_rollout(self, candidate_ids, budget, step, rng, features=None):
         candidates = np.asarray(candidate_ids, dtype=np.int64).reshape(-1)
         budget = max(0, int(budget))
         features = self.require_features(features)
-        draws = rng.random(candidates.size)  # one draw, candidate order
         self.history.cand_step += int(candidates.size)
-        shortlist = self._shortlist(candidates, draws)
+        shortlist = self._shortlist(candidates, rng)  # one draw per candidate, candidate order
         if shortlist.size == 0 or budget == 0:
             return shortlist[:0]
         entropy = features("prompt_entropy", shortlist)

@@ -239,6 +239,14 @@ EQUIVALENT_PATTERNS = {
         "a maximum of exactly 1.0 then takes the exact range check, which accepts it too",
     ("k = max(max(1, int(np.floor(groups * ratio))), max(1, int(np.floor(groups * ratio_min))))", "1 -> 0"):
         "the other inner max(1, ...) still keeps k >= 1",
+    ("size = min(m, BLOCK)", "min -> max"): "greso_state.screen's scratch buffers: larger ones hold the same "
+                                            "values (only their first `width` entries are used)",
+    ("buffer = np.empty(min(runs.size, CACHE_BLOCK), dtype=np.int32)", "min -> max"):
+        "run_blocks' scratch buffer: a larger one holds the same runs (only its first `width` entries are used)",
+    ("if np.count_nonzero(informative) <= room:", "<= -> <"):
+        "with exactly `room` informative groups the running-count rule keeps every one too (each count <= room)",
+    ("if not covers(ids.size, self.rows.size):", "not -> (removed)"):
+        "swaps GRESO's two screen paths, which give the same survivors (tests compare each with `survivors`)",
     ("if np.count_nonzero(passed) > budget:", "> -> >="):
         "with exactly `budget` passing, the top-`budget` cap picks the same prompts",
 }
