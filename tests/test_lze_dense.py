@@ -8,6 +8,8 @@ kernel against one `rng.gumbel` vector + stable top-k, including inputs built to
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -41,7 +43,8 @@ def run(name, num, n, fractions, overrides, seed=0, checkpoint_at=(), ordered=Fa
         rng = np.random.default_rng([seed, step])
         candidates = np.arange(num) if ordered else rng.permutation(num)
         ids = selector.select_rollout(candidates, max(1, int(num * fraction)), step, step_rng(seed, step, 0))
-        rewards = (rng.random((ids.size, n), dtype=np.float32) < rate[ids, None]).astype(np.float32)
+        width = n[step] if isinstance(n, tuple) else n  # responses per group: one n, or one per step
+        rewards = (rng.random((ids.size, width), dtype=np.float32) < rate[ids, None]).astype(np.float32)
         batch = RolloutBatch(prompt_ids=ids, rewards=rewards, step=step)
         selector.observe(batch)
         if step in checkpoint_at:  # a checkpoint between observe and select_update reads the cached energies
@@ -93,6 +96,7 @@ CASES = [
     ("lze", 9000, 1, (1.0, 1.0, 0.5, 1.0), {"exploration_noise": 0.0}),
     ("lze_full", 9000, 4, (0.9, 0.9, 0.9, 0.9, 0.9), {"prune_after": 1, "replay_ratio": 0.5}),
     ("lze", 9000, 8, (1.0, 0.1, 0.6, 1.0, 0.2, 0.5, 0.5), {}),  # small batches between: deferred updates written
+    ("lze", 9000, (8, 8, 4, 4, 2, 8), (1.0, 0.6, 0.5, 1.0, 0.7, 0.4), {}),  # another n: deferred rates written first
 ]
 
 
@@ -129,6 +133,30 @@ def test_energy_summary_is_that_of_the_exact_energies(monkeypatch, name, num, n,
     assert len(seen) >= len(fractions) - 1
     for summary, exact in seen:
         assert summary == exact
+
+
+def test_a_block_without_positive_energy(monkeypatch):
+    """Prompts with d_init = 0 have energy 0: the first block holds no positive energy, the others do."""
+    def zero_difficulty(state):
+        state["d_init"][:40000] = 0.0  # anchored (>= 0), so observe keeps it
+        return state
+
+    seen, observe = [], lze_module.observe_dense
+
+    def spy(*args):
+        result = observe(*args)
+        if result is not None and result.codes is not None:
+            energy = result.exact()
+            seen.append((result.low, energy[energy > 0].min()))
+        return result
+
+    monkeypatch.setattr(lze_module, "observe_dense", spy)
+    fast = run("lze", BIG, 8, (1.0, 1.0, 1.0), {}, ordered=True, state=zero_difficulty)
+    assert seen and all(low == exact for low, exact in seen)
+    with monkeypatch.context() as off:
+        off.setattr(lze_module, "observe_dense", lambda *args: None)
+        slow = run("lze", BIG, 8, (1.0, 1.0, 1.0), {}, ordered=True, state=zero_difficulty)
+    assert_same(fast, slow)
 
 
 def test_counts_of_many_prompt_order_observes(monkeypatch):
@@ -218,10 +246,39 @@ def test_code_ranking_follows_numpys_rejection_of_a_zero_uniform():
 
     energy = np.where(np.arange(BIG) % 3 == 0, 0.0, np.linspace(0.0, 1.0, BIG))
     codes, unit = coded(energy)
-    got = gumbel_top_k_codes(rng_drawing_zero_first(4), 0.1, codes, unit,
-                             lambda at: energy.copy() if at is None else energy[at], BIG // 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the zero is never put through a logarithm (no RuntimeWarning)
+        got = gumbel_top_k_codes(rng_drawing_zero_first(4), 0.1, codes, unit,
+                                 lambda at: energy.copy() if at is None else energy[at], BIG // 3)
     key = np.where(energy > 0, energy, -np.inf) + rng_drawing_zero_first(4).gumbel(0.0, 0.1, BIG)
     assert np.array_equal(got, top_k_mask(key, BIG // 3))
+
+
+def rng_drawing_zero_at(position: int) -> np.random.Generator:
+    """A PCG64 generator whose draw number `position` (from 0) is exactly 0.0."""
+    from tests.test_selector_kernels import rng_drawing_zero_first
+
+    rng = rng_drawing_zero_first(4)
+    rng.bit_generator.advance((1 << 128) - position)  # back `position` draws (mod 2^128)
+    return rng
+
+
+@pytest.mark.parametrize("position, live_k", [(1, False), (60001, False), (BIG - 2, False), (5, True)])
+def test_code_ranking_with_a_zero_uniform_between_the_sample(position, live_k):
+    """A zero uniform the stride sample does not read (or with k = every positive code): NumPy's redraw."""
+    assert rng_drawing_zero_at(position).random(position + 1)[position] == 0.0
+    assert position not in np.arange(SAMPLE) * BIG // SAMPLE  # not a sampled position
+    energy = np.where(np.arange(BIG) % 3 == 0, 0.0, np.linspace(0.0, 1.0, BIG))
+    codes, unit = coded(energy)
+    k = int(np.count_nonzero(codes)) if live_k else BIG // 3
+    ours = rng_drawing_zero_at(position)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = gumbel_top_k_codes(ours, 0.1, codes, unit, lambda at: energy.copy() if at is None else energy[at], k)
+    numpy = rng_drawing_zero_at(position)
+    key = np.where(energy > 0, energy, -np.inf) + numpy.gumbel(0.0, 0.1, BIG)
+    assert np.array_equal(got, top_k_mask(key, k))
+    assert ours.random() == numpy.random()  # the same draws consumed, the redraw included
 
 
 @pytest.mark.parametrize("weight", [0.0, 0.3, 1e-300, 7.5])

@@ -227,14 +227,15 @@ def _smallest_positive(energy: np.ndarray, work: np.ndarray) -> float:
 
     Non-negative doubles order like their bit patterns as unsigned integers:
     `bits - 1` wraps +0.0 to the largest uint64 and puts -0.0 above every
-    finite double, so its minimum + 1 is the bit pattern of the smallest
-    positive value (two passes over a cache-resident block, no mask).
+    finite double, so its minimum + 1 (wrapping again) is the bit pattern of
+    the smallest positive value, or of +-0 if there is none (two passes over
+    a cache-resident block, no mask).
     """
     np.subtract(energy.view(np.uint64), np.uint64(1), out=work)
-    below = int(work.min())  # the bits of the smallest positive value, minus 1
-    if below >= 0x7FF0000000000000 - 1:  # no positive finite value (+-0 only)
-        return np.inf
-    return float(np.array(below + 1, dtype=np.uint64).view(np.float64))
+    lowest = work.min(keepdims=True)
+    lowest += np.uint64(1)  # (an array: wraps silently)
+    value = float(lowest.view(np.float64)[0])
+    return value if value > 0 else np.inf
 
 
 def _rates(mark: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:

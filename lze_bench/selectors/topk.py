@@ -271,7 +271,7 @@ def _uniform_below(key: np.ndarray, scale: float) -> np.ndarray:
 def _threshold_top_k(u: np.ndarray, scale: float, codes: np.ndarray, unit: float, exact, k: int):
     """The exact top-k of `base + gumbel(u)` from codes, or None (the caller ranks every key).
 
-    1. A stride sample of SAMPLE keys, computed exactly, gives two cuts `H >= L`
+    1. An evenly spaced sample of SAMPLE keys, computed exactly, gives two cuts `H >= L`
        around the k-th largest key (its rank +- SAMPLE_Z standard deviations).
     2. A group is surely above H if even its lowest possible base, (code - 1)
        unit, plus its noise exceeds H + eta: since the noise decreases in u,
@@ -289,8 +289,7 @@ def _threshold_top_k(u: np.ndarray, scale: float, codes: np.ndarray, unit: float
        smaller than every group chosen. Otherwise None.
     """
     size = u.size
-    stride = size // SAMPLE
-    sample = np.arange(0, stride * SAMPLE, stride)
+    sample = np.arange(SAMPLE, dtype=np.int64) * size // SAMPLE  # evenly over every position, the last ones too
     sample_u = u.take(sample)
     if not sample_u.min() > 0.0:  # a zero uniform: NumPy's gumbel redraws it (the caller's path)
         return None

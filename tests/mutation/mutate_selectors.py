@@ -149,6 +149,14 @@ EQUIVALENT = {
 
 # (substring of the line, mutation) -> reason, for every file
 EQUIVALENT_PATTERNS = {
+    ("self.latest, self.n = np.zeros(num, dtype=np.uint8), 0", "0 -> 1"):
+        "the deferred n before any observe: it only decides whether the (then empty) deferred rates are written",
+    ("self.counts, self.most = np.zeros(num, dtype=np.uint8), 0", "0 -> 1"):
+        "a larger start of the observe count only writes the deferred counts into n_obs one observe earlier",
+    ("self.most = 0", "0 -> 1"):
+        "a larger observe count after a write only writes the deferred counts into n_obs one observe earlier",
+    ("if deferred.most == np.iinfo(np.uint8).max:", "== -> !="):
+        "writing the deferred counts at (almost) every observe instead: the same n_obs, earlier",
     ("MAX_SAMPLES = 254  # a group's correct count + 1 must fit a byte", "254 -> 255"):
         "n = 249..255 never reaches the prompt-order path: binary_ones reads rows of n in {1, 2, 4} or 8k",
     ("or rewards.shape[1] > MAX_SAMPLES:", "> -> >="):
