@@ -359,9 +359,7 @@ class SkipHistory:
         self.rolled_step += int(ids.size)
         self.solved_step += int(np.count_nonzero(solved))
         self.failed_step += int(np.count_nonzero(failed))
-        if getattr(self, "_marks", None) is None:  # kept: no fresh 1 MB per call (the records keep their size)
-            self._marks = np.empty(self.rows.size, dtype=np.uint8)
-        marks = self._marks
+        marks = self._scratch("_marks", np.uint8)
         marks.fill(0)
         marks[ids] = np.add(ones, 1, dtype=np.uint8)
         for start in range(0, marks.size, CACHE_BLOCK):  # blocks: the records are read and written in memory order

@@ -339,9 +339,8 @@ def _sure_and_band(u: np.ndarray, codes: np.ndarray, table: np.ndarray):
     `table` holds each code's float32 pair (in32, out32) as one uint64. Works in blocks of BLOCK groups
     whose float32 uniforms, indices and gathered pairs stay in cache (measured inside a step at 10^6
     groups, with the one 8-byte gather: LZE's update ~11.5 -> ~10 ms, against whole-array passes and two
-    4-byte gathers). in32 <= out32 for every
-    code > 0 (`t_in <= t_out`, rounded outwards), so a chosen group is open too and `open ^ chosen` is the
-    band; code 0 has in32 < 0 and out32 < 0, neither holds.
+    4-byte gathers). in32 <= out32 for every code > 0 (`t_in <= t_out`, rounded outwards), so a chosen
+    group is open too and `open ^ chosen` is the band; code 0 has in32 < 0 and out32 < 0, neither holds.
     """
     size = u.size
     chosen, open_ = np.empty(size, dtype=bool), np.empty(size, dtype=bool)
