@@ -204,8 +204,8 @@ class HiveSelector(Selector):
         """
         cfg, rows = self.config, self.history.rows
         cells = self.history._scratch("_hive_cells", np.uint8)
-        index = np.empty(CACHE_BLOCK, dtype=np.intp)
         q, e, p = np.empty(CACHE_BLOCK), np.empty(CACHE_BLOCK), np.empty(CACHE_BLOCK)
+        index = p.view(np.intp)  # the table index, dead once gathered: `p` then holds the pass rates
         h_bar = self.h_bar if cfg.use_response_entropy and self.h_bar is not None and self.h_bar > 0 else None
         keep = lowest = None  # no prompts: no table
         for part, r, table, lowest in self.history.run_blocks():  # blocks: the temporaries stay in cache
