@@ -718,7 +718,9 @@ def test_hive_stage_two_edges():
     sel.load_state_dict(state)
     assert sel.select_rollout(np.arange(20, 24), 2, 1, step_rng(0, 1, 0), features).tolist() == []
     assert calls == [[7]]  # empty shortlist: no feature call
-    for bad in (lambda n, ids: np.zeros(ids.size + 1), lambda n, ids: np.full(ids.size, np.nan)):
+    for bad in (lambda n, ids: np.zeros(ids.size + 1), lambda n, ids: np.full(ids.size, np.nan),
+                lambda n, ids: np.array([0.5, np.nan]), lambda n, ids: np.array([np.inf, 0.5]),
+                lambda n, ids: np.array([0.5, -np.inf], dtype=np.float32)):
         with pytest.raises(Exception, match="prompt_entropy"):
             make("hive", 50, 2).select_rollout(np.array([1, 2]), 2, 0, step_rng(0, 0, 0), bad)
 

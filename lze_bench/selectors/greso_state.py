@@ -351,8 +351,8 @@ class SkipHistory:
     def observe_counts(self, ids: np.ndarray, ones: np.ndarray, n: int, solved: np.ndarray, failed: np.ndarray,
                        update) -> None:
         """`observe` for a batch of 0/1 groups given its correct counts `ones` (n < 255 responses per group),
-        walking the records in prompt order: each group's count + 1 is scattered into a uint8[N] array
-        (1 byte per prompt, 0 = not in the batch), then each block of records gathers its marked
+        walking the records in prompt order: each group's count is scattered into a uint8[N] array
+        (1 byte per prompt, 255 = not in the batch), then each block of records gathers its marked
         records, updates them and puts them back while the block is in cache. The same runs, counts
         and `update(records, ones)` per prompt as `observe` (a prompt's update reads only its own record
         and group; ids are unique in a batch), with the classes `classes` gives: ones == n solved,
@@ -363,17 +363,16 @@ class SkipHistory:
         self.solved_step += int(np.count_nonzero(solved))
         self.failed_step += int(np.count_nonzero(failed))
         marks = self._scratch("_marks", np.uint8)
-        marks.fill(0)
-        marks[ids] = np.add(ones, 1, dtype=np.uint8)
+        marks.fill(255)  # not in the batch (a count is at most n < 255)
+        marks[ids] = ones
         for start in range(0, marks.size, CACHE_BLOCK):  # blocks: the records are read and written in memory order
             part = slice(start, start + CACHE_BLOCK)
-            where = np.flatnonzero(marks[part] != 0)  # a bool mask: ~6x faster than the uint8 marks
+            where = np.flatnonzero(marks[part] != 255)  # a bool mask: ~6x faster than the uint8 marks
             if not where.size:
                 continue
             block = self.rows[part]
             records = block.take(where)
             count = marks[part].take(where)
-            count -= 1
             sign = np.subtract(count == n, count == 0, dtype=np.int32)  # as in `observe`
             records["run"] = next_runs(records["run"], sign)
             records["n_obs"] += 1
