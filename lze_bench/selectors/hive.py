@@ -41,6 +41,12 @@ double is one step of the bit generator whatever the block sizes), which measure
 one-shot draws and compress; the update skips the running count when every informative group fits
 (~1.2 -> ~0.1 ms). Step ~33 -> ~32 ms (5.3 -> 5.0 np.sorts, medians at load 1.5); see docs/selectors.md
 ("HIVE and GRESO, fourth pass") for the runs and what was tried.
+Fifth pass: `screen` gathers the candidates' cells in one pass before its blocks (gathered block by
+block, between the draws' and the output's streams, the 1 MB of cells left the 2 MiB L2: ~2.9 -> ~1.3 ms
+inside a step, for GRESO too); `observe_counts` marks the prompts outside the batch with 255, so the
+counts are scattered as they are; `_cells` keeps the table index in its pass-rate buffer (one block
+buffer fewer). Step ~27.5 -> ~25.5 ms best, ~29 -> ~27 median (in-process A/B, load 1.7; 4.5-4.8 ->
+4.2-4.4 np.sorts); see docs/selectors.md ("HIVE, fifth pass").
 """
 
 from __future__ import annotations
