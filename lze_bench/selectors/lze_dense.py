@@ -192,8 +192,6 @@ def _blocks(state, marks, n, cfg, energy, codes, deferred):
             energy_and_ema(p, d_init, ema, cfg, e, buf[:count], wide[:count])
             np.copyto(deferred.latest[part], mark)
             deferred.counts[part] += 1
-            if cfg.prune_enabled:
-                _prune(state, part, mark == n + 1, cfg.prune_after)
         else:  # unseen prompts keep their state: the updates are blended in by bit masks
             seen = np.not_equal(mark, 0)
             new = ema_buf[:count]
@@ -202,8 +200,6 @@ def _blocks(state, marks, n, cfg, energy, codes, deferred):
             _blend(ema, new, _word_mask(seen, words[:count]), words[count:])
             _overlay(deferred.latest[part], mark, seen, byte_buf[:count])
             deferred.counts[part] += seen.view(np.uint8)
-            if cfg.prune_enabled:
-                _prune_seen(state, part, seen, mark == n + 1, cfg.prune_after)
         # energies are >= 0 (d_init >= 0 once anchored, (1 - p) p >= 0, momentum factor > 0); above the bound
         # (a loaded state's d_init > 1) or NaN, the codes would be wrong: none, the exact ranking path decides
         hi = float(e.max())
@@ -213,6 +209,8 @@ def _blocks(state, marks, n, cfg, energy, codes, deferred):
         if valid:
             energy_codes(e, scale, buf[:count], codes[part])
             low = min(low, _smallest_positive(e, wide[:count].view(np.uint64)))
+    if cfg.prune_enabled:
+        _prune_blocks(state, marks, n, cfg.prune_after)
     return top, low, valid
 
 
@@ -288,6 +286,20 @@ def _first_sight(state, where: np.ndarray, p: np.ndarray, d_init_min: float) -> 
         state.d_init[ids] = np.maximum(1.0 - first, d_init_min)
         state.ema[ids] = first
         state.first_epoch[ids] = state.epoch
+
+
+def _prune_blocks(state, marks: np.ndarray, n: int, prune_after: int) -> None:
+    """The pruner's update (`LzeState.update_pruner`) block by block over the prompts, in a walk of its own:
+    its arrays (`streak`, `pruned`, `replay`) and temporaries then share the cache with nothing else
+    (measured inside a step at 10^6 prompts: `lze_full`'s observe ~0.5 ms faster than inside the energy walk)."""
+    for start in range(0, marks.size, BLOCK):
+        part = slice(start, start + BLOCK)
+        mark = marks[part]
+        marked = int(np.count_nonzero(mark))
+        if marked == mark.size:
+            _prune(state, part, mark == n + 1, prune_after)
+        elif marked:
+            _prune_seen(state, part, np.not_equal(mark, 0), mark == n + 1, prune_after)
 
 
 def _prune(state, part: slice, solved: np.ndarray, prune_after: int) -> None:
