@@ -47,6 +47,7 @@ class PlannedJob:
     seed: int
     steps: int
     flop_budget: float | None = None  # trainer.flop_budget: the work the run is asked to do, when set
+    compute: str = ""  # budget.compute_plan of its trainer: where it stops, where it checkpoints (dry runs print it)
 
     @property
     def train_overrides(self) -> list[str]:
@@ -156,6 +157,7 @@ def job_name(axes: dict[str, str]) -> str:
 
 def plan_jobs(spec, train_args: list[str], sweep_dir: Path, name: str) -> SweepPlan:
     """Compose every grid point's train config; fail on the first bad one (nothing submitted)."""
+    from lze_bench.budget import compute_plan
     from lze_bench.config import compose, config_dict
 
     fixed, axes = grid_axes(dict(spec.grid), list(spec.overrides), train_args)
@@ -170,7 +172,8 @@ def plan_jobs(spec, train_args: list[str], sweep_dir: Path, name: str) -> SweepP
         extra = by_selector.get(str(selector), [])
         overrides = [*recipe_fixed, *extra, *cli_fixed, *(f"{k}={v}" for k, v in point.items())]
         jname = job_name(point)
-        cfg = config_dict(compose("train", overrides))
+        composed = compose("train", overrides)
+        cfg = config_dict(composed)
         if launcher is None:
             launcher = cfg["launcher"]
         without_selector = {k: v for k, v in cfg.items() if k != "selector"}
@@ -187,6 +190,7 @@ def plan_jobs(spec, train_args: list[str], sweep_dir: Path, name: str) -> SweepP
                 seed=int(cfg["seed"]),
                 steps=int(cfg["trainer"]["steps"]),
                 flop_budget=cfg["trainer"].get("flop_budget"),
+                compute=compute_plan(composed.trainer),  # run_dir and the tracking keys leave the trainer as is
             )
         )
     _check_unique(jobs)

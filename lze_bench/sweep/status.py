@@ -276,14 +276,11 @@ def print_plan(plan, sweep_dir: Path, sbatch_script: str | None = None, then: st
 
 
 def compute_plans(plan) -> dict[str, list[str]]:
-    """Each distinct `budget.compute_plan` line of the planned jobs -> the jobs it describes."""
-    from lze_bench.budget import compute_plan
-    from lze_bench.config import compose
-
+    """Each distinct `budget.compute_plan` line of the planned jobs -> the jobs it describes (each job's line
+    was taken when `grid.plan_jobs` composed its config: composing every job again doubled a dry run's time)."""
     lines: dict[str, list[str]] = {}
     for job in plan.jobs:
-        trainer = compose("train", job.train_overrides).trainer
-        lines.setdefault(compute_plan(trainer), []).append(job.name)
+        lines.setdefault(job.compute, []).append(job.name)
     return lines
 
 
