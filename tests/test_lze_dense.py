@@ -20,7 +20,7 @@ from lze_bench.selectors import stats, topk
 from lze_bench.selectors.base import step_rng
 from lze_bench.selectors.lze import LzeConfig
 from lze_bench.selectors.lze_dense import CODE_LEVELS, energy_bound, energy_codes
-from lze_bench.selectors.lze_state import energy_and_ema
+from lze_bench.selectors.lze_state import ema_update, energy_and_ema, energy_of
 from lze_bench.selectors.topk import SAMPLE, gumbel_top_k_codes, top_k_mask
 
 BIG = 4 * SAMPLE + 4465  # enough groups for the threshold kernel (below 4 * SAMPLE it ranks every key)
@@ -293,7 +293,13 @@ def test_widened_energy_arithmetic_gives_the_same_bits(weight):
         energy, state = np.empty(p.size), ema.copy()
         energy_and_ema(p, d_init, state, cfg, energy, np.empty(p.size), wide)
         results.append((energy.view(np.uint64), state.view(np.uint32)))
-    assert all(np.array_equal(a, b) for a, b in zip(*results))
+    # lze_dense's order: the EMA first, into a copy, then the energy with three float64 arrays (p overwritten)
+    energy, new, rates = np.empty(p.size), np.empty_like(ema), p.copy()
+    ema_update(rates, ema, cfg.ema_decay, np.empty(p.size), wide=energy, target=new)
+    energy_of(rates, d_init, ema, weight, energy, np.empty(p.size), wide_ema=energy, wide_d=rates)
+    results.append((energy.view(np.uint64), new.view(np.uint32)))
+    assert all(np.array_equal(a, b) for a, b in zip(results[0], results[1]))
+    assert all(np.array_equal(a, b) for a, b in zip(results[0], results[2]))
 
 
 @pytest.mark.parametrize("n", [1, 2, 4, 8, 16])

@@ -35,9 +35,8 @@ SOLVED = 1.0 - 1e-8  # prune_replay.py: a group counts as all-correct at p >= 1 
 BLOCK = 1 << 16  # groups per block of `energy_and_ema` (float64 temporaries of 512 KiB stay in cache)
 
 
-def energy_and_ema(p, d_init, ema, cfg, energy, buf, wide=None, target=None) -> None:
-    """Energy of spec §5 steps 2-3 into `energy`, and step 4's EMA update of `ema` in place (into `target`
-    instead if given: float32 of the same length, `ema` is then left as it was).
+def energy_and_ema(p, d_init, ema, cfg, energy, buf, wide=None) -> None:
+    """Energy of spec §5 steps 2-3 into `energy`, and step 4's EMA update of `ema` in place.
 
     The same bits as the spec's formulas evaluated straightforwardly in
     float64 from the float32 state: `E = ((1-p) p * 4) d_init * (1 + w m)`,
@@ -59,9 +58,16 @@ def energy_and_ema(p, d_init, ema, cfg, energy, buf, wide=None, target=None) -> 
     every float64 operation runs on float64 arrays: measured ~2x faster than
     NumPy's buffered mixed-type loops, same values.
     """
-    widen = (lambda values: values) if wide is None else (lambda values: _widened(values, wide))
-    weight = float(cfg.momentum_weight)
-    np.subtract(p, widen(ema), out=buf)  # t, with the EMA before this step
+    energy_of(p, d_init, ema, float(cfg.momentum_weight), energy, buf, wide, wide)
+    ema_update(p, ema, cfg.ema_decay, buf, wide)
+
+
+def energy_of(p, d_init, ema, weight: float, energy, buf, wide_ema=None, wide_d=None) -> None:
+    """The energy half of `energy_and_ema` (same operations, same order). `wide_ema` and `wide_d` (optional)
+    are float64 arrays the float32 `ema` and `d_init` are widened into: `wide_ema` may be `energy` itself
+    (the widened EMA is read before the energy is written) and `wide_d` may be `p` (read last, so p is then
+    overwritten): three float64 arrays of a block in all (`lze_dense`)."""
+    np.subtract(p, ema if wide_ema is None else _widened(ema, wide_ema), out=buf)  # t, with the EMA before this step
     np.abs(buf, out=buf)
     if weight == 0.0 or 2.0**-600 <= weight <= 2.0**600:
         np.minimum(buf, 0.5, out=buf)
@@ -77,15 +83,21 @@ def energy_and_ema(p, d_init, ema, cfg, energy, buf, wide=None, target=None) -> 
         np.subtract(1.0, p, out=energy)
         energy *= p
         energy *= 4.0
-    energy *= widen(d_init)
+    energy *= d_init if wide_d is None else _widened(d_init, wide_d)
     energy *= buf
+
+
+def ema_update(p, ema, decay: float, buf, wide=None, target=None) -> None:
+    """The EMA half of `energy_and_ema`: `ema` in place, or into the float32 `target` (`ema` then unchanged).
+    `buf` and `wide` (optional) are float64 scratch; `wide` may be the block's energy array if the energy is
+    computed afterwards."""
     target = ema if target is None else target
-    np.multiply(ema, cfg.ema_decay, out=target)
-    np.multiply(p, 1.0 - cfg.ema_decay, out=buf)
+    np.multiply(ema, decay, out=target)
+    np.multiply(p, 1.0 - decay, out=buf)
     if wide is None:
         np.add(buf, target, out=target, casting="same_kind")
     else:  # the float64 sum, rounded once to float32 by the copy (what the mixed add's output cast does)
-        buf += widen(target)
+        buf += _widened(target, wide)
         np.copyto(target, buf, casting="same_kind")
 
 
