@@ -114,6 +114,26 @@ def test_prompt_order_path_equals_the_per_batch_path(monkeypatch, name, num, n, 
     assert_same(fast, slow)
 
 
+def test_pruner_of_a_loaded_state_equals_the_per_batch_path(monkeypatch):
+    """Pruned and replayed prompts whose streak is below prune_after (a state resumed with a larger prune_after):
+    the replay rule alone decides them, in whole batches (every block fully marked) and in part batches."""
+    def resumed(state):
+        chosen = np.zeros(state["pruned"].size, dtype=bool)
+        chosen[::3] = True
+        state["pruned"], state["replay"] = chosen.copy(), chosen.copy()  # all replayed: every prompt rolls out
+        state["streak"][::2] = 1
+        return state
+
+    spy = Spy(monkeypatch)
+    args = ("lze_full", 9000, 4, (1.0, 0.5, 1.0), {"prune_after": 3})
+    fast = run(*args, state=resumed)
+    assert spy.dense == 3
+    with monkeypatch.context() as off:
+        off.setattr(lze_module, "observe_dense", lambda *args: None)
+        slow = run(*args, state=resumed)
+    assert_same(fast, slow)
+
+
 @pytest.mark.parametrize("name, num, n, fractions, overrides", CASES[:4])
 def test_energy_summary_is_that_of_the_exact_energies(monkeypatch, name, num, n, fractions, overrides):
     """A prompt-order observe's top, low and live: the batch's largest energy, smallest positive one, #E > 0."""

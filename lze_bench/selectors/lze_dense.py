@@ -304,28 +304,34 @@ def _prune_blocks(state, marks: np.ndarray, n: int, prune_after: int) -> None:
         if marked == mark.size:
             _prune(state, part, mark == n + 1, prune_after)
         elif marked:
-            _prune_seen(state, part, np.not_equal(mark, 0), mark == n + 1, prune_after)
+            _prune_seen(state, part, mark == 0, mark == n + 1, prune_after)
 
 
 def _prune(state, part: slice, solved: np.ndarray, prune_after: int) -> None:
     """`LzeState.update_pruner` for every prompt of a block: a replayed prompt stays pruned only if still
     solved, the others prune after a streak of solved observations. Solved (p >= SOLVED = 1 - 1e-8) is
-    mark == n + 1, every answer right: (n - 1) / n < SOLVED for every n <= MAX_SAMPLES."""
-    streak = state.streak[part]
+    mark == n + 1, every answer right: (n - 1) / n < SOLVED for every n <= MAX_SAMPLES.
+
+    `where(replay, solved, streak >= prune_after)` is `solved & (replay | streak >= prune_after)`: an
+    unsolved prompt's new streak is 0 < prune_after (>= 1), so both are False there."""
+    streak, pruned = state.streak[part], state.pruned[part]
     streak += 1
     streak *= solved  # where(solved, streak + 1, 0)
-    np.copyto(state.pruned[part], np.where(state.replay[part], solved, streak >= prune_after))
+    np.greater_equal(streak, prune_after, out=pruned)
+    pruned |= state.replay[part]
+    pruned &= solved
 
 
-def _prune_seen(state, part: slice, seen: np.ndarray, solved: np.ndarray, prune_after: int) -> None:
-    """`_prune` for the seen prompts of a block (`LzeState.update_pruner`'s large-batch rule)."""
-    streak, pruned, replay = state.streak[part], state.pruned[part], state.replay[part]
-    np.add(streak, seen.view(np.uint8), out=streak, casting="unsafe")
-    streak *= np.greater_equal(solved, seen)  # seen and unsolved: 0; others keep their value
-    rule = streak >= prune_after
-    flip = np.bitwise_xor(rule, solved)
-    flip &= replay
-    rule ^= flip  # where(replay, solved, streak >= prune_after)
-    np.bitwise_xor(rule, pruned, out=flip)
-    flip &= seen
-    pruned ^= flip  # pruned = rule where seen, unchanged elsewhere
+def _prune_seen(state, part: slice, unseen: np.ndarray, solved: np.ndarray, prune_after: int) -> None:
+    """`_prune` for the seen prompts of a block (`LzeState.update_pruner`'s large-batch rule); unseen ones keep
+    their streak and pruned flag. Solved prompts are seen, so the streak is `(streak + solved) * (solved |
+    unseen)` (seen and unsolved: 0) and pruned is `_prune`'s rule where seen, `pruned & unseen` elsewhere:
+    `(solved & (replay | streak >= prune_after)) | (pruned & unseen)`, bool operations without a masked copy."""
+    streak, pruned = state.streak[part], state.pruned[part]
+    np.add(streak, solved.view(np.uint8), out=streak, casting="unsafe")
+    streak *= np.bitwise_or(solved, unseen)
+    rule = np.greater_equal(streak, prune_after)
+    rule |= state.replay[part]
+    rule &= solved
+    pruned &= unseen
+    pruned |= rule
