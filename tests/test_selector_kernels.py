@@ -548,3 +548,105 @@ def test_dense_gumbel_top_k_follows_numpys_rejection_of_a_zero_uniform():
     got = gumbel_top_k_dense(rng_drawing_zero_first(2), 0.1, base, size // 3, base_absmax=1.0)
     key = base + rng_drawing_zero_first(2).gumbel(0.0, 0.1, size)
     assert np.array_equal(got, top_k_mask(key, size // 3))
+
+
+def _ragged_rewards(rng, groups, width, kind):
+    rewards = (rng.random((groups, width)) < rng.random((groups, 1))).astype(np.float32)
+    if kind == "half":
+        rewards[rng.random(rewards.shape) < 0.01] = 0.5
+    if kind == "negzero":
+        rewards[rewards == 0] = -0.0
+    valid = rng.random((groups, width)) < 0.8 if kind != "full" else None
+    return rewards, valid
+
+
+@pytest.mark.parametrize("width", [1, 3, 4, 8, 12, 16, 40])
+@pytest.mark.parametrize("kind", ["binary", "half", "negzero", "full"])
+def test_zero_variance_equals_the_row_max_and_min(width, kind):
+    """RolloutBatch.zero_variance (stats.varied_rows): not max > min over each group's rollouts, ragged or not."""
+    from lze_bench.selectors.base import RolloutBatch
+
+    rng = np.random.default_rng([width, len(kind)])
+    rewards, valid = _ragged_rewards(rng, 3000, width, kind)
+    rewards[:5] = 1.0  # all right, all wrong, and a group with no rollout at all when ragged
+    rewards[5:10] = 0.0
+    if valid is not None:
+        valid[10] = False
+    batch = RolloutBatch(prompt_ids=np.arange(3000), rewards=rewards, step=0, valid=valid)
+    every = np.ones(rewards.shape, dtype=bool) if valid is None else valid
+    high = np.where(every, rewards, -np.inf).max(axis=1, initial=-np.inf)
+    low = np.where(every, rewards, np.inf).min(axis=1, initial=np.inf)
+    assert np.array_equal(batch.zero_variance, ~(high > low))
+
+
+@pytest.mark.parametrize("width", [1, 5, 8, 9, 16, 24, 70, 254, 255, 300])
+@pytest.mark.parametrize("ragged", [False, True])
+def test_first_of_each_equals_the_cumulative_counts(width, ragged):
+    from lze_bench.selectors.stats import first_of_each, row_counts
+
+    rng = np.random.default_rng([width, ragged])
+    groups = 2000
+    valid = rng.random((groups, width)) < 0.7 if ragged else None
+    positive = rng.random((groups, width)) < rng.random((groups, 1))
+    if valid is not None:
+        positive &= valid
+    positive[:2] = valid[:2] if ragged else True  # rows of positives only: counts up to the width
+    negative = ~positive if valid is None else valid & ~positive
+    pos_limit, neg_limit = rng.integers(-2, width + 3, groups), rng.integers(-2, width + 3, groups)
+    pos_limit[:3] = 255  # at and above the byte counts' range
+    expected = ((positive & (np.cumsum(positive, axis=1) <= pos_limit[:, None]))
+                | (negative & (np.cumsum(negative, axis=1) <= neg_limit[:, None])))
+    assert np.array_equal(first_of_each(positive, valid, pos_limit.astype(np.int16), neg_limit), expected)
+    assert np.array_equal(row_counts(positive).astype(np.int64), positive.sum(axis=1))
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+@pytest.mark.parametrize("choice", ["balanced", "positive_focused"])
+def test_reinforce_ada_on_a_large_batch_equals_the_row_formulas(ragged, choice):
+    """Groups decided in blocks of rows (speed at 10^6) keep what the cumulative-count formulas keep."""
+    from lze_bench.registry import SELECTORS
+    from lze_bench.selectors import RolloutBatch, build_selector
+    from lze_bench.selectors.reinforce_ada import kept_counts
+
+    rng = np.random.default_rng([7, ragged, len(choice)])
+    groups, width, n = 40000, 16, 8  # more groups than one block
+    selector = build_selector(SELECTORS["reinforce_ada"].Config(choice=choice), num_prompts=groups)
+    selector.group_size = n
+    rewards = (rng.random((groups, width)) < rng.random((groups, 1))).astype(np.float32)
+    valid = None
+    if ragged:  # prompts at different rounds: 8, 16 or 32 (the last round) rollouts
+        rewards = np.concatenate([rewards, rewards[::-1]], axis=1)
+        rounds = rng.integers(1, 5, groups)
+        valid = np.arange(2 * width)[None, :] < 8 * rounds[:, None]
+        rewards[~valid] = 0.0
+    batch = RolloutBatch(prompt_ids=np.arange(groups), rewards=rewards, step=0, valid=valid)
+    decision = selector.select_update(batch, 0, np.random.default_rng(0))
+    every = np.ones(rewards.shape, dtype=bool) if valid is None else valid
+    positive = (rewards > selector.config.positive_threshold) & every
+    negative = every & ~positive
+    pos, neg = positive.sum(axis=1), negative.sum(axis=1)
+    finished = (pos >= n // 2) & (neg >= n - n // 2) if choice == "balanced" else pos >= 1
+    keep = finished | (every.sum(axis=1) >= selector.config.max_rounds * selector.round_repeat(n))
+    kept_pos, kept_neg = kept_counts(pos, neg, n, finished)
+    rollouts = ((positive & (np.cumsum(positive, axis=1) <= kept_pos[:, None]))
+                | (negative & (np.cumsum(negative, axis=1) <= kept_neg[:, None]))) & keep[:, None]
+    assert keep.any() and (~keep).any()
+    assert np.array_equal(decision.keep, keep) and np.array_equal(decision.keep_rollouts, rollouts)
+    assert np.array_equal(decision.hold, ~keep)
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (0, 8), (4, 256), (4, 255), (4, 264), (5, 1), (5, 2), (5, 4)])
+def test_row_counts_and_varied_rows_at_the_edges(shape):
+    """Rows of no column, no row, and 255-264 True entries (past a byte), against the row reductions."""
+    from lze_bench.selectors.stats import row_counts, varied_rows
+
+    flags = np.ones(shape, dtype=bool)
+    flags[1:2, ::3] = False
+    assert np.array_equal(row_counts(flags).astype(np.int64), flags.sum(axis=1))
+    rewards = flags.astype(np.float32)
+    ones = binary_ones(rewards)
+    assert ones is None or np.array_equal(ones.astype(np.int64), flags.sum(axis=1))
+    every = np.ones(shape, dtype=bool)
+    for valid in (None, every):
+        varied = varied_rows(rewards, valid)
+        assert np.array_equal(varied, np.array([len(set(row)) > 1 for row in rewards.tolist()], dtype=bool))

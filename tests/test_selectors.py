@@ -398,6 +398,22 @@ def test_bench_selectors_measures_every_selector(tmp_path):
         "mopps": 18, "adarft": 18, "sec": 18}  # B = N/16: mopps' pool of 16 B; adarft, sec choose B of all N
 
 
+def test_bench_selectors_times_the_first_call_of_selectors_that_extend_groups():
+    """SPEED screens with n_init rollouts per prompt and Reinforce-Ada starts with round_repeat = 2n: the bench
+    times a step's first call with those, as the backend rolls them out; every other selector gets n."""
+    from lze_bench.bench.selectors import Pool, make_selector, one_step
+
+    pool = Pool(300, 8, 4, 0)
+    for name, width in (("speed", 4), ("reinforce_ada", 16), ("lze", 8), ("pods", 8)):
+        sel, widths = make_selector(name, 300), []
+        sel.group_size = 8
+        decide = sel.select_update
+        sel.select_update = lambda batch, step, rng, decide=decide: widths.append(batch.rewards.shape[1]) or decide(
+            batch, step, rng)
+        one_step(sel, pool, 0)
+        assert widths == [width], name
+
+
 def test_bench_selectors_history_full_times_every_selector_after_seeing_every_prompt():
     """`history=full` observes every prompt once before the timed steps (mopps then draws a Beta for each
     candidate, its costliest state); an unknown history is one line naming the key."""

@@ -315,3 +315,14 @@ def test_speed_screens_out_groups_whose_first_rollouts_agree():
         dropped = [g for r in selection.rounds for g, k, h in zip(r.groups, r.decision.keep, r.decision.held)
                    if not k and not h]
         assert all(len(set(streams.reward(g.prompt_id, i) for i in g.indices)) == 1 for g in dropped)
+
+
+def test_update_decision_refuses_extensions_it_cannot_carry_out():
+    """`extend` is one count >= 0 per group, > 0 only for held groups; anything else is one ValueError."""
+    from lze_bench.selectors.base import UpdateDecision
+
+    keep, hold = np.array([False, False, True]), np.array([True, True, False])
+    assert UpdateDecision(keep=keep, hold=hold, extend=np.array([2, 0, 0])).extend.tolist() == [2, 0, 0]
+    for extend in ([2, 0], [-1, 3, 0], [0, 0, 1]):  # wrong size, a negative count, more for a kept group
+        with pytest.raises(ValueError, match="extend must be int"):
+            UpdateDecision(keep=keep, hold=hold, extend=np.array(extend))

@@ -70,8 +70,10 @@ class Pool:
         self.spent = (self.spent[0] + end[0] - start[0], self.spent[1] + end[1] - start[1])
         return out
 
-    def rewards(self, ids: np.ndarray, step: int) -> np.ndarray:
-        draws = np.random.default_rng([self.seed, step, 99]).random((ids.size, self.samples), dtype=np.float32)
+    def rewards(self, ids: np.ndarray, step: int, columns: int | None = None) -> np.ndarray:
+        """0/1 float32[len(ids), columns] (default `samples`): each prompt right at its own pass rate."""
+        shape = (ids.size, self.samples if columns is None else int(columns))
+        draws = np.random.default_rng([self.seed, step, 99]).random(shape, dtype=np.float32)
         return (draws < self.pass_rate[ids, None]).astype(np.float32)
 
 
@@ -133,7 +135,8 @@ def one_step(sel, pool: Pool, step: int) -> tuple[np.ndarray, np.ndarray, int]:
     ids = sel.select_rollout(pool.order, budget_for(sel.name, pool.size), step, rng0, pool.features)
     t1 = _clock()
     t0 = (t0[0] + pool.spent[0], t0[1] + pool.spent[1])  # the feature gathers are backend work: not timed
-    batch = RolloutBatch(prompt_ids=ids, rewards=pool.rewards(ids, step), step=step)  # not timed: backend work
+    columns = sel.first_rollouts(pool.samples)  # a step's first call: n_init (speed), round_repeat (reinforce_ada)
+    batch = RolloutBatch(prompt_ids=ids, rewards=pool.rewards(ids, step, columns), step=step)  # not timed: backend work
     t2 = _clock()
     sel.observe(batch)
     t3 = _clock()
@@ -163,6 +166,7 @@ def bench_one(name: str, pool: Pool, warmup: int, repeats: int, history: str = "
     from lze_bench.selectors.base import step_rng
 
     sel = make_selector(name, pool.size, pool.seed)
+    sel.group_size = pool.samples  # trainer.n_samples, as the harness sets it before each step
     for step in range(warmup):
         one_step(sel, pool, step)
     if history == "full":
@@ -236,6 +240,8 @@ def bench_selectors(options: dict[str, str]) -> BenchResult:
         "single-threaded NumPy for all but astral's similarity matmul (BLAS may use every core)",
         f"'x sort' = step / the CPU time of np.sort of 10^6 random float64 ({sort_ms:.1f} ms here, best of 5); "
         f"goal <= {SORT_GOAL:g} at 10^6 prompts",
+        "speed and reinforce_ada: a step's first call (n_init = 4 and round_repeat = 2 x samples rollouts per "
+        "prompt: their screening / first round); their later calls bring back held, ragged groups",
         "mopps, adarft and sec roll out N/16 (mopps: a pool of 16 B, the authors' ts_ratio; adarft and sec choose "
         "B of all N; sec's arms are 5 levels, each must hold B prompts); their columns are a level 1-5 and a "
         "difficulty 0-100 per prompt",

@@ -19,7 +19,7 @@ from typing import Callable, ClassVar
 import numpy as np
 
 from lze_bench.errors import LzeBenchError, damaged_file
-from lze_bench.selectors.stats import binary_ones, group_stats, reward_stats  # noqa: F401  (re-exported)
+from lze_bench.selectors.stats import binary_ones, group_stats, reward_stats, varied_rows  # noqa: F401  (re-exported)
 from lze_bench.selectors.topk import gumbel_top_k, gumbel_where, top_k_mask  # noqa: F401  (re-exported)
 
 # rng call tags (selectors.md §0): rng = default_rng([seed, step, TAG(, round)])
@@ -168,12 +168,9 @@ class RolloutBatch:
 
     @property
     def zero_variance(self) -> np.ndarray:
-        """bool[G]: groups whose rewards are all equal (zero GRPO advantage)."""
-        if self.valid is None:
-            return self.rewards.max(axis=1) <= self.rewards.min(axis=1)
-        high = np.where(self.valid, self.rewards, -np.inf).max(axis=1, initial=-np.inf)
-        low = np.where(self.valid, self.rewards, np.inf).min(axis=1, initial=np.inf)
-        return ~(high > low)
+        """bool[G]: groups whose rewards are all equal (zero GRPO advantage): not max > min over the rollouts
+        (`stats.varied_rows`, fast at 10^6 groups)."""
+        return ~varied_rows(self.rewards, self.valid)
 
     def subset(self, mask_or_index: np.ndarray) -> "RolloutBatch":
         """The same batch restricted to some groups (a bool mask or indices)."""
@@ -248,7 +245,8 @@ class UpdateDecision:
         if self.extend is not None:
             self.extend = np.asarray(self.extend, dtype=np.int64).reshape(-1)
             held = self.hold if self.hold is not None else np.zeros(groups, dtype=bool)
-            if self.extend.size != groups or (self.extend < 0).any() or (self.extend[~held] > 0).any():
+            if self.extend.size != groups or not (np.greater_equal(self.extend, 0).all() and
+                                                   np.less_equal(self.extend > 0, held).all()):
                 raise ValueError(f"UpdateDecision.extend must be int[{groups}] >= 0, > 0 only for held groups")
 
     @property

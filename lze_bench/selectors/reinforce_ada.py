@@ -56,8 +56,10 @@ import numpy as np
 from lze_bench.config.schema import require
 from lze_bench.registry import SELECTORS
 from lze_bench.selectors.base import StatelessSelector, UpdateDecision
+from lze_bench.selectors.stats import first_of_each, row_counts
 
 CHOICES = ("balanced", "positive_focused")
+ROWS = 1 << 14  # groups decided at a time: their temporaries stay in cache (measured at 10^6 x 16)
 
 
 @dataclass
@@ -87,7 +89,8 @@ def kept_counts(pos: np.ndarray, neg: np.ndarray, n: int, finished: np.ndarray) 
     top-up fills the negatives up to take - kept positives. So: negatives min(Q, take - min(P, floor(n/2))), and
     positives the rest of `take` (there are always enough: take <= P + Q). tests/test_selectors_ragged.py checks
     this against the branches as written, for both choices and every small P, Q, n."""
-    take = np.where(finished, n, np.minimum(n, pos + neg))
+    take = np.minimum(pos + neg, n)
+    np.maximum(take, np.multiply(finished, n, dtype=take.dtype), out=take)  # n where finished (take <= n: a max)
     kept_neg = np.minimum(neg, take - np.minimum(pos, n // 2))
     return take - kept_neg, kept_neg
 
@@ -112,22 +115,39 @@ class ReinforceAdaSelector(StatelessSelector):
 
     def select_update(self, batch, step, rng):
         cfg, n = self.config, int(self.group_size or batch.group_size)  # n: kept per prompt (the authors' rollout.n)
-        valid = np.ones(batch.rewards.shape, dtype=bool) if batch.valid is None else batch.valid
-        positive = (batch.rewards > cfg.positive_threshold) & valid
-        negative = valid & ~positive
-        pos, neg = positive.sum(axis=1), negative.sum(axis=1)
+        groups, width = batch.rewards.shape
+        keep, keep_rollouts = np.empty(groups, dtype=bool), np.empty((groups, width), dtype=bool)
+        for start in range(0, groups, ROWS):  # each group's decision reads its own row only
+            rows = slice(start, start + ROWS)
+            keep[rows], keep_rollouts[rows] = self._decide(batch.rewards[rows], None if batch.valid is None
+                                                           else batch.valid[rows], n)
+        hold = ~keep
+        return UpdateDecision(keep=keep, keep_rollouts=keep_rollouts,
+                              advantage_stats="generated" if cfg.global_stat_est else "kept",
+                              hold=hold, extend=np.where(hold, self.round_repeat(n), 0))
+
+    def _decide(self, rewards: np.ndarray, valid: np.ndarray | None, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(keep bool[g], keep_rollouts bool[g, m]) of some groups' rewards float32[g, m] (valid: their columns
+        that hold a rollout, None = all). Counts and ranks go by row words (`stats`): a sum or cumulative sum
+        along a short last axis costs ~50 ms at 10^6 groups; the same integers, in int32 (half the bytes)."""
+        cfg = self.config
+        positive = np.greater(rewards, cfg.positive_threshold)
+        if valid is None:
+            rollouts = rewards.shape[1]
+        else:
+            positive &= valid
+            rollouts = row_counts(valid).astype(np.int32)
+        pos = row_counts(positive).astype(np.int32)
+        neg = np.subtract(rollouts, pos)  # negatives: valid and not positive
         if cfg.choice == "balanced":
             half = n // 2  # floor(n/2) positives and n - floor(n/2) negatives (RT:1087-1090)
             finished = (pos >= half) & (neg >= n - half)
         else:
             finished = pos >= 1
-        last = valid.sum(axis=1) >= cfg.max_rounds * self.round_repeat(n)  # every round adds round_repeat
+        last = np.greater_equal(rollouts, cfg.max_rounds * self.round_repeat(n))  # every round adds round_repeat
         keep = finished | last
         kept_pos, kept_neg = kept_counts(pos, neg, n, finished)
-        # the first kept_pos positives and kept_neg negatives in generation order
-        rank_pos, rank_neg = np.cumsum(positive, axis=1), np.cumsum(negative, axis=1)
-        keep_rollouts = (positive & (rank_pos <= kept_pos[:, None])) | (negative & (rank_neg <= kept_neg[:, None]))
-        hold = ~keep
-        return UpdateDecision(keep=keep, keep_rollouts=keep_rollouts & keep[:, None],
-                              advantage_stats="generated" if cfg.global_stat_est else "kept",
-                              hold=hold, extend=np.where(hold, self.round_repeat(n), 0))
+        # the first kept_pos positives and kept_neg negatives in generation order, none outside kept groups
+        kept_pos *= keep
+        kept_neg *= keep
+        return keep, first_of_each(positive, valid, kept_pos, kept_neg)

@@ -124,14 +124,12 @@ class SpeedSelector(Selector):
         screened = counts == cfg.n_init
         survivor = screened & ~batch.zero_variance
         # the first `target` complete groups in arrival order
-        order = np.cumsum(complete)
-        enough = int(complete.sum()) >= target
+        enough = int(np.count_nonzero(complete)) >= target
         capped = calls >= cfg.max_num_gen_batches
-        keep = complete & (order <= target) if (enough or capped) else np.zeros(batch.num_groups, dtype=bool)
+        keep = _first(complete, target) if (enough or capped) else np.zeros(batch.num_groups, dtype=bool)
         hold = (complete & ~keep) | survivor
         # continuations this call: the queued survivors, rounded down to a multiple of the GPU count
-        queue = np.cumsum(survivor)
-        extend_now = survivor & (queue <= (int(survivor.sum()) // cfg.n_gpus) * cfg.n_gpus)
+        extend_now = _first(survivor, (int(np.count_nonzero(survivor)) // cfg.n_gpus) * cfg.n_gpus)
         ends = enough or capped
         self.ready = int((complete & ~keep).sum())
         if ends and self.ready >= target:
@@ -145,3 +143,12 @@ class SpeedSelector(Selector):
 
     def load_state_dict(self, state: dict) -> None:
         self.ready = int(state["ready"])
+
+
+def _first(flags: np.ndarray, count: int) -> np.ndarray:
+    """bool[G]: the first `count` True entries of `flags` in order (`flags & (cumsum(flags) <= count)`), a
+    copy; without a running count over every group when all of them are taken."""
+    chosen = flags.copy()
+    if count < np.count_nonzero(flags):
+        chosen[np.flatnonzero(flags)[max(count, 0):]] = False
+    return chosen

@@ -35,6 +35,11 @@ def _row_ones(flags: np.ndarray) -> np.ndarray:
         product = flags.view(dtype)[:, 0] * spread
         return product.view(np.uint8)[n - 1 :: n].copy()  # little-endian: the top byte is the last one
     words = flags.view(np.uint64)
+    if POPCOUNT and n < 256:  # one popcount per row word, summed in bytes (a row holds < 256 True bytes)
+        counts = np.bitwise_count(words[:, 0])
+        for column in range(1, words.shape[1]):
+            counts += np.bitwise_count(words[:, column])
+        return counts
     counts = np.zeros(groups, dtype=np.uint32)
     for column in range(words.shape[1]):
         counts += (words[:, column] * np.uint64(0x0101010101010101)) >> np.uint64(56)
@@ -86,17 +91,65 @@ def reward_stats(rewards: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
         return np.divide(ones, n, dtype=np.float64), varied, True
     sums = np.einsum("ij->i", rewards)  # float32: exact for 0/1 rewards up to 2^24 responses
     pass_rate = np.divide(sums, n, dtype=np.float64)
-    differs = rewards != rewards[:, :1]  # bool[G, n]
-    width = -(-n // 8) * 8
-    if width != n:
-        padded = np.zeros((groups, width), dtype=bool)
-        padded[:, :n] = differs
-        differs = padded
-    words = differs.view(np.uint64)  # uint64[G, width / 8]
-    varied = words[:, 0] != 0
+    return pass_rate, _any_per_row(rewards != rewards[:, :1]), False
+
+
+def _padded(flags: np.ndarray) -> np.ndarray:
+    """bool[G, w]: `flags` (bool[G, m]) with False columns appended up to w, a multiple of 8 (itself if m is)."""
+    groups, width = flags.shape
+    if width % 8 == 0 and flags.flags.c_contiguous:
+        return flags
+    padded = np.zeros((groups, -(-width // 8) * 8), dtype=bool)
+    padded[:, :width] = flags
+    return padded
+
+
+def _any_per_row(flags: np.ndarray) -> np.ndarray:
+    """bool[G]: `flags.any(axis=1)` read 8 bytes at a time (a reduction along a short last axis is slow)."""
+    words = _padded(flags).view(np.uint64)  # uint64[G, w / 8]
+    if not words.shape[1]:
+        return np.zeros(flags.shape[0], dtype=bool)  # no column: nothing found
+    found = words[:, 0] != 0
     for column in range(1, words.shape[1]):
-        varied |= words[:, column] != 0
-    return pass_rate, varied, False
+        found |= words[:, column] != 0
+    return found
+
+
+def row_counts(flags: np.ndarray) -> np.ndarray:
+    """Unsigned ints[G]: True entries per row of bool[G, m] (`flags.sum(axis=1)`), by row words (`_row_ones`)."""
+    groups, width = flags.shape
+    if not width:
+        return np.zeros(groups, dtype=np.uint8)  # no column: no True entry
+    return _row_ones(_padded(flags))
+
+
+def varied_rows(rewards: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
+    """bool[G]: max > min of each group's rewards (over its `valid` columns when ragged): a non-zero GRPO advantage.
+
+    What `RolloutBatch.zero_variance` negates, without NumPy's reductions along a short last axis (~50 ms
+    each at 10^6 x 8). Finite rewards (RolloutBatch refuses others): max > min iff some reward differs from
+    another (+0.0 and -0.0 are equal both ways). Full rows: 0 < ones < n for 0/1 rewards (`binary_ones`),
+    else "differs from the row's first". Ragged rows of 0/1 rewards (as many nonzero valid rewards as valid
+    1.0s): 0 < valid ones < valid rollouts; other ragged rewards take the row reductions.
+    """
+    rewards = np.asarray(rewards, dtype=np.float32)
+    groups, n = rewards.shape
+    if valid is None:
+        ones = binary_ones(rewards)
+        if ones is not None:
+            return np.less(ones - ones.dtype.type(1), n - 1)  # 0 < ones < n: unsigned 0 - 1 wraps to the max
+        return _any_per_row(rewards != rewards[:, :1])
+    valid = np.asarray(valid, dtype=bool)
+    right = np.equal(rewards, 1.0)
+    right &= valid
+    nonzero = np.not_equal(rewards, 0.0)  # -0.0 == 0.0: a -0.0 counts as a 0 verdict, as it compares
+    nonzero &= valid
+    if np.count_nonzero(nonzero) == np.count_nonzero(right):  # every valid reward is 0 or 1
+        ones, total = row_counts(right).astype(np.int64), row_counts(valid).astype(np.int64)
+        return (ones > 0) & (ones < total)
+    high = np.where(valid, rewards, -np.inf).max(axis=1, initial=-np.inf)
+    low = np.where(valid, rewards, np.inf).min(axis=1, initial=np.inf)
+    return high > low
 
 
 def group_stats(rewards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -169,3 +222,77 @@ def rows_by_pattern(flags: np.ndarray, rule) -> np.ndarray:
     table = np.ascontiguousarray(rule(patterns), dtype=bool)
     words = table.view(PATTERN_WORDS[n])[:, 0]
     return words.take(_row_codes(flags)).view(bool).reshape(groups, n)
+
+
+def first_of_each(positive: np.ndarray, valid: np.ndarray | None, pos_limit: np.ndarray,
+                  neg_limit: np.ndarray) -> np.ndarray:
+    """bool[G, m]: each row's first `pos_limit[g]` positives and first `neg_limit[g]` negatives (valid, not
+    positive) in column order, i.e. `positive & (cumsum(positive, 1) <= pos_limit[:, None]) | negative &
+    (cumsum(negative, 1) <= neg_limit[:, None])`, equal entry for entry. `positive` must lie within `valid`
+    (None: every column valid); limits: ints[G], any sign.
+
+    A cumulative sum (or a broadcast comparison) along a short last axis costs ~50 ms at 10^6 x 8: one inner
+    loop per row. Here rows are read 8 columns at a time as little-endian words of 0/1 bytes, and every
+    operation is a flat pass (callers pass blocks of rows that fit in cache): a word times 0x0101...01 holds
+    in byte j the count of True bytes 0..j (each <= 8: no carries), to which the count of the row's earlier
+    words is added in every byte (counts stay below 256: no carries either; 255 columns or more take the
+    cumsums); a byte is kept if its count < limit + 1, held per byte the same way. Negatives are
+    `valid ^ positive` per word.
+    """
+    positive = np.asarray(positive, dtype=bool)
+    groups, width = positive.shape
+    pos_limit, neg_limit = np.asarray(pos_limit).reshape(-1), np.asarray(neg_limit).reshape(-1)
+    if width >= 255 or not np.little_endian:
+        negative = ~positive if valid is None else np.asarray(valid, dtype=bool) & ~positive
+        return ((positive & (np.cumsum(positive, axis=1) <= pos_limit[:, None]))
+                | (negative & (np.cumsum(negative, axis=1) <= neg_limit[:, None])))
+    positive = _padded(positive)
+    chosen = np.empty(positive.shape, dtype=bool)
+    valid_words = None if valid is None else _padded(np.asarray(valid, dtype=bool)).view(np.uint64)
+    pos_bound, neg_bound = _byte_bounds(pos_limit), _byte_bounds(neg_limit)
+    _first_in_words(positive.view(np.uint64), valid_words, pos_bound, neg_bound, chosen.view(np.uint64))
+    return chosen if chosen.shape[1] == width else np.ascontiguousarray(chosen[:, :width])
+
+
+
+def _byte_bounds(limit: np.ndarray) -> np.ndarray:
+    """uint64: min(max(limit, 0), 254) + 1 in each of the 8 bytes: a True entry's count c is in [1, 254], so
+    c <= limit <=> c < that."""
+    bound = np.maximum(limit, 0)  # (two ufuncs: np.clip's Python wrapper costs more on a cache-sized block)
+    np.minimum(bound, 254, out=bound)
+    bound += 1
+    wide = bound.astype(np.uint64)  # in [0, 255]
+    wide *= np.uint64(0x0101010101010101)
+    return wide
+
+
+def _first_in_words(pos_words, valid_words, pos_bound, neg_bound, out) -> None:
+    """`first_of_each` on rows given as uint64[g, w / 8] words of 0/1 bytes (`valid_words` None: all valid),
+    with the `_byte_bounds` of the limits, into `out` (same shape). Without `valid_words`, a negative's count
+    is its column's count of rollouts (8 c + j + 1) minus the positives' count, per byte (never below 0)."""
+    spread, top = np.uint64(0x0101010101010101), np.uint64(56)
+    rows = pos_words.shape[0]
+    pos_count, neg_count = np.zeros(rows, dtype=np.uint64), np.zeros(rows, dtype=np.uint64)
+    neg, below, kept = (np.empty(rows, dtype=np.uint64) for _ in range(3))
+    for column in range(pos_words.shape[1]):
+        pos = pos_words[:, column]
+        if valid_words is None:
+            np.bitwise_xor(pos, spread, out=neg)
+            counted = ((pos_count, pos),)
+        else:
+            np.bitwise_xor(valid_words[:, column], pos, out=neg)  # valid and not positive
+            counted = ((pos_count, pos), (neg_count, neg))
+        for count, words in counted:
+            count >>= top  # the count of the earlier words (the last byte of the last counts) ...
+            count *= spread  # ... in every byte
+            np.multiply(words, spread, out=below)
+            count += below  # inclusive counts
+        if valid_words is None:  # bytes 8 c + 1 .. 8 c + 8 (the padding's may wrap: never kept, cut off)
+            rollouts = np.uint64((0x0807060504030201 + 8 * column * 0x0101010101010101) % 2**64)
+            np.subtract(rollouts, pos_count, out=neg_count)
+        np.less(pos_count.view(np.uint8), pos_bound.view(np.uint8), out=below.view(bool))
+        np.bitwise_and(below, pos, out=kept)
+        np.less(neg_count.view(np.uint8), neg_bound.view(np.uint8), out=below.view(bool))
+        below &= neg
+        kept |= below
+        out[:, column] = kept

@@ -71,6 +71,17 @@ EQUIVALENT = {
         "exactly `budget` in range: the nearest-to-the-interval branch picks them too (distance 0), the same set",
     ("adarft.py", "if short < tied.size:", "< -> <="):
         "short == tied.size: top_k_mask of all the tied keeps them all, as skipping the cut does",
+    ("speed.py", "if count < np.count_nonzero(flags):", "< -> <="):
+        "count equal to the True entries: the cut removes nothing, as skipping it does",
+    ("stats.py", "right = np.equal(rewards, 1.0)", "1.0 -> 2.0"):
+        "guard of an exact fast path (0/1 rewards): with the mutant the counts disagree and the row reductions, "
+        "which give the same answer, decide",
+    ("stats.py", "nonzero = np.not_equal(rewards, 0.0)  # -0.0 == 0.0: a -0.0 counts as a 0 verdict, as it compares",
+     "0.0 -> 1.0"):
+        "guard of an exact fast path (0/1 rewards): with the mutant the counts disagree and the row reductions, "
+        "which give the same answer, decide",
+    ("stats.py", "if width >= 255 or not np.little_endian:", "not -> (removed)"):
+        "platform guard: on a little-endian machine (every one this runs on) both forms take the word path",
     ("sec.py", "self.queue = np.zeros(0, dtype=np.int64)  # every arm's queue, arm after arm", "0 -> 1"):
         "the initial queue is never read: q_pos = q_end = 0 make every arm's window empty until the first refill",
     ("sec.py", "_, first = np.unique(window[: 2 * take], return_index=True)  # a repeat is the refill's, <= take apart",
@@ -173,6 +184,8 @@ EQUIVALENT_PATTERNS = {
     ("if n & (n - 1) == 0:", "*"): "guard of an exact fast path: c * (1/n) is c / n for n a power of two; "
                                    "the mutants taking it for another n are killed (n = 24)",
     ("size = min(marks.size, BLOCK)", "min -> max"): "lze_dense's scratch buffers: larger ones hold the same values",
+    ("ROWS = 1 << 14  # groups decided at a time", "*"):
+        "reinforce_ada's block size: each group's decision reads its own row only, any size decides the same",
     ("BLOCK = 1 << 15  # prompts per block", "*"):
         "lze_dense's block size: the blocks are independent prompt ranges, any size gives the same values",
     ("return (1.0 + float(cfg.momentum_weight)) * (1.0 + 1e-12)", "1.0 -> 2.0"):
