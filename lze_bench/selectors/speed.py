@@ -56,6 +56,7 @@ import numpy as np
 from lze_bench.config.schema import require
 from lze_bench.registry import SELECTORS
 from lze_bench.selectors.base import Selector, UpdateDecision
+from lze_bench.selectors.greso_state import first_informative
 
 
 @dataclass
@@ -126,10 +127,10 @@ class SpeedSelector(Selector):
         # the first `target` complete groups in arrival order
         enough = int(np.count_nonzero(complete)) >= target
         capped = calls >= cfg.max_num_gen_batches
-        keep = _first(complete, target) if (enough or capped) else np.zeros(batch.num_groups, dtype=bool)
+        keep = first_informative(complete, target) if (enough or capped) else np.zeros(batch.num_groups, dtype=bool)
         hold = (complete & ~keep) | survivor
         # continuations this call: the queued survivors, rounded down to a multiple of the GPU count
-        extend_now = _first(survivor, (int(np.count_nonzero(survivor)) // cfg.n_gpus) * cfg.n_gpus)
+        extend_now = first_informative(survivor, (int(np.count_nonzero(survivor)) // cfg.n_gpus) * cfg.n_gpus)
         ends = enough or capped
         self.ready = int((complete & ~keep).sum())
         if ends and self.ready >= target:
@@ -144,11 +145,3 @@ class SpeedSelector(Selector):
     def load_state_dict(self, state: dict) -> None:
         self.ready = int(state["ready"])
 
-
-def _first(flags: np.ndarray, count: int) -> np.ndarray:
-    """bool[G]: the first `count` True entries of `flags` in order (`flags & (cumsum(flags) <= count)`), a
-    copy; without a running count over every group when all of them are taken."""
-    chosen = flags.copy()
-    if count < np.count_nonzero(flags):
-        chosen[np.flatnonzero(flags)[max(count, 0):]] = False
-    return chosen

@@ -145,8 +145,8 @@ def varied_rows(rewards: np.ndarray, valid: np.ndarray | None = None) -> np.ndar
     nonzero = np.not_equal(rewards, 0.0)  # -0.0 == 0.0: a -0.0 counts as a 0 verdict, as it compares
     nonzero &= valid
     if np.count_nonzero(nonzero) == np.count_nonzero(right):  # every valid reward is 0 or 1
-        ones, total = row_counts(right).astype(np.int64), row_counts(valid).astype(np.int64)
-        return (ones > 0) & (ones < total)
+        ones = row_counts(right)
+        return (ones > 0) & (ones < row_counts(valid))
     high = np.where(valid, rewards, -np.inf).max(axis=1, initial=-np.inf)
     low = np.where(valid, rewards, np.inf).min(axis=1, initial=np.inf)
     return high > low
@@ -252,7 +252,6 @@ def first_of_each(positive: np.ndarray, valid: np.ndarray | None, pos_limit: np.
     pos_bound, neg_bound = _byte_bounds(pos_limit), _byte_bounds(neg_limit)
     _first_in_words(positive.view(np.uint64), valid_words, pos_bound, neg_bound, chosen.view(np.uint64))
     return chosen if chosen.shape[1] == width else np.ascontiguousarray(chosen[:, :width])
-
 
 
 def _byte_bounds(limit: np.ndarray) -> np.ndarray:

@@ -71,8 +71,6 @@ EQUIVALENT = {
         "exactly `budget` in range: the nearest-to-the-interval branch picks them too (distance 0), the same set",
     ("adarft.py", "if short < tied.size:", "< -> <="):
         "short == tied.size: top_k_mask of all the tied keeps them all, as skipping the cut does",
-    ("speed.py", "if count < np.count_nonzero(flags):", "< -> <="):
-        "count equal to the True entries: the cut removes nothing, as skipping it does",
     ("stats.py", "right = np.equal(rewards, 1.0)", "1.0 -> 2.0"):
         "guard of an exact fast path (0/1 rewards): with the mutant the counts disagree and the row reductions, "
         "which give the same answer, decide",
