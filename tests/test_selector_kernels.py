@@ -581,10 +581,12 @@ def test_zero_variance_equals_the_row_max_and_min(width, kind):
 
 @pytest.mark.parametrize("width", [1, 5, 8, 9, 16, 24, 70, 254, 255, 300])
 @pytest.mark.parametrize("ragged", [False, True])
-def test_first_of_each_equals_the_cumulative_counts(width, ragged):
+@pytest.mark.parametrize("limits", ["int16", "uint8", "out"])
+def test_first_of_each_equals_the_cumulative_counts(width, ragged, limits):
+    """Any integer limits (uint8: Reinforce-Ada's, up to 255), into a fresh array or the caller's `out`."""
     from lze_bench.selectors.stats import first_of_each, row_counts
 
-    rng = np.random.default_rng([width, ragged])
+    rng = np.random.default_rng([width, ragged, len(limits)])
     groups = 2000
     valid = rng.random((groups, width)) < 0.7 if ragged else None
     positive = rng.random((groups, width)) < rng.random((groups, 1))
@@ -592,25 +594,43 @@ def test_first_of_each_equals_the_cumulative_counts(width, ragged):
         positive &= valid
     positive[:2] = valid[:2] if ragged else True  # rows of positives only: counts up to the width
     negative = ~positive if valid is None else valid & ~positive
-    pos_limit, neg_limit = rng.integers(-2, width + 3, groups), rng.integers(-2, width + 3, groups)
+    low = 0 if limits == "uint8" else -2
+    pos_limit, neg_limit = rng.integers(low, width + 3, groups), rng.integers(low, width + 3, groups)
     pos_limit[:3] = 255  # at and above the byte counts' range
+    neg_limit[3:6] = 255
+    if limits == "uint8":
+        pos_limit, neg_limit = np.minimum(pos_limit, 255).astype(np.uint8), np.minimum(neg_limit, 255).astype(np.uint8)
     expected = ((positive & (np.cumsum(positive, axis=1) <= pos_limit[:, None]))
                 | (negative & (np.cumsum(negative, axis=1) <= neg_limit[:, None])))
-    assert np.array_equal(first_of_each(positive, valid, pos_limit.astype(np.int16), neg_limit), expected)
+    if limits == "uint8":
+        assert np.array_equal(first_of_each(positive, valid, pos_limit, neg_limit), expected)
+    elif limits == "out":  # the caller's array, C- or Fortran-ordered; another type or shape is refused
+        for order in "CF":
+            out = np.ones((groups, width), dtype=bool, order=order)
+            assert first_of_each(positive, valid, pos_limit, neg_limit.astype(np.int32), out=out) is out
+            assert np.array_equal(out, expected)
+        for wrong in (np.ones((groups, width), dtype=np.uint8), np.ones((groups, width + 1), dtype=bool)):
+            with pytest.raises(ValueError, match="out must be bool"):
+                first_of_each(positive, valid, pos_limit, neg_limit, out=wrong)
+    else:
+        assert np.array_equal(first_of_each(positive, valid, pos_limit.astype(np.int16), neg_limit), expected)
     assert np.array_equal(row_counts(positive).astype(np.int64), positive.sum(axis=1))
 
 
-@pytest.mark.parametrize("ragged", [False, True])
+@pytest.mark.parametrize("ragged, n", [(False, 8), (True, 8), (True, 256)])
 @pytest.mark.parametrize("choice", ["balanced", "positive_focused"])
-def test_reinforce_ada_on_a_large_batch_equals_the_row_formulas(ragged, choice):
-    """Groups decided in blocks of rows (speed at 10^6) keep what the cumulative-count formulas keep."""
+def test_reinforce_ada_on_a_large_batch_equals_the_row_formulas(ragged, n, choice):
+    """Groups decided in blocks of rows (speed at 10^6) keep what the cumulative-count formulas keep; counts in
+    one byte (n = 8) and in int32 (n = 256 kept per prompt, more than a byte holds: only the last round's
+    groups, ragged, are kept then)."""
     from lze_bench.registry import SELECTORS
     from lze_bench.selectors import RolloutBatch, build_selector
     from lze_bench.selectors.reinforce_ada import kept_counts
 
-    rng = np.random.default_rng([7, ragged, len(choice)])
-    groups, width, n = 40000, 16, 8  # more groups than one block
-    selector = build_selector(SELECTORS["reinforce_ada"].Config(choice=choice), num_prompts=groups)
+    rng = np.random.default_rng([7, ragged, len(choice), n])
+    groups, width = 40000, 16  # more groups than one block
+    config = SELECTORS["reinforce_ada"].Config(choice=choice, round_repeat=8)  # rows of 32 rollouts: the last round
+    selector = build_selector(config, num_prompts=groups)
     selector.group_size = n
     rewards = (rng.random((groups, width)) < rng.random((groups, 1))).astype(np.float32)
     valid = None
@@ -633,6 +653,7 @@ def test_reinforce_ada_on_a_large_batch_equals_the_row_formulas(ragged, choice):
     assert keep.any() and (~keep).any()
     assert np.array_equal(decision.keep, keep) and np.array_equal(decision.keep_rollouts, rollouts)
     assert np.array_equal(decision.hold, ~keep)
+    assert np.array_equal(decision.extension, np.where(keep, 0, 8))
 
 
 @pytest.mark.parametrize("shape", [(3, 0), (0, 8), (4, 256), (4, 255), (4, 264), (5, 1), (5, 2), (5, 4)])

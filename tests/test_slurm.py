@@ -62,6 +62,7 @@ TINY = ["backend.warmstart_steps=0", "trainer.batch_size=4", "trainer.n_samples=
         "backend.eval_size=20", "launcher=slurm", "launcher.timeout_min=10"]
 
 
+@pytest.mark.slow  # a sweep through a real Slurm (~22 s)
 def test_slurm_sweep_results_land(tmp_path):
     """Real training through sbatch (one array, two jobs): each job's run dir gets its ledger and DONE."""
     sweep_dir = tmp_path / "sw"

@@ -216,6 +216,7 @@ def local_run(tmp_path_factory):
             "second": second, "runs_after_eval": runs_after_eval}
 
 
+@pytest.mark.slow  # the module's real run: six CLI runs (~45 s)
 def test_local_run_logs_every_ledger_column_each_step_with_cum_flops_axis(local_run):
     run = local_run["run"]
     check_every_ledger_column(run)
@@ -232,6 +233,7 @@ def test_local_run_logs_every_ledger_column_each_step_with_cum_flops_axis(local_
     assert [(h["heldout/step"], h["heldout/cum_flops"]) for h in logged] == [(u, flops_at[u]) for u in (0, 2, 4)]
 
 
+@pytest.mark.slow  # the module's real run: six CLI runs (~45 s)
 def test_local_evals_reach_both_trackers_once_when_written(local_run):
     """Each eval setting is its own series; each checkpoint's point is in it once, in checkpoint order,
     even when an earlier checkpoint is evaluated after a later one (limit=2: step 4, then step 2)."""
@@ -257,6 +259,7 @@ def test_local_evals_reach_both_trackers_once_when_written(local_run):
     assert len(sorted(run.glob("wandb/offline-run-*"))) == len(local_run["runs_after_eval"]) + 2
 
 
+@pytest.mark.slow  # the module's real run: six CLI runs (~45 s)
 def test_local_run_names_and_no_key_in_any_file(local_run):
     run = local_run["run"]
     no_key_anywhere(run, *local_run["outputs"])

@@ -483,6 +483,7 @@ def test_a_resume_exactly_at_an_epoch_boundary_continues_with_the_next_epoch(tmp
         assert (read_ledger(run_dir)["prompts_dropped"] == 0).all()
 
 
+@pytest.mark.slow  # two real runs (~16 s)
 def test_a_preempted_sweep_job_saves_the_step_in_hand_and_its_ledger_equals_an_unbroken_run(tmp_path, cache_dir):
     """Slurm's warning signal (SIGUSR2) reaches a submitit job mid-run: it finishes the step in hand, saves a
     checkpoint there (no periodic one is due before the end) and is requeued; the requeued job resumes from

@@ -243,7 +243,8 @@ class UpdateDecision:
             if self.hold.size != groups or (self.hold & self.keep).any():
                 raise ValueError(f"UpdateDecision.hold must be bool[{groups}] and disjoint from keep")
         if self.extend is not None:
-            self.extend = np.asarray(self.extend, dtype=np.int64).reshape(-1)
+            extend = np.asarray(self.extend)  # any integer type (Reinforce-Ada's: one byte); others as int64
+            self.extend = (extend if extend.dtype.kind in "iu" else extend.astype(np.int64)).reshape(-1)
             held = self.hold if self.hold is not None else np.zeros(groups, dtype=bool)
             if self.extend.size != groups or not (np.greater_equal(self.extend, 0).all() and
                                                    np.less_equal(self.extend > 0, held).all()):
@@ -256,7 +257,7 @@ class UpdateDecision:
 
     @property
     def extension(self) -> np.ndarray:
-        """int64[G]: rollouts to generate for each held group before it comes back (0 for the others)."""
+        """int[G]: rollouts to generate for each held group before it comes back (0 for the others)."""
         return np.zeros(self.keep.size, dtype=np.int64) if self.extend is None else self.extend
 
     def rollout_mask(self, group_size: int, valid: np.ndarray | None = None) -> np.ndarray:

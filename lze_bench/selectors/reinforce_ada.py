@@ -119,26 +119,30 @@ class ReinforceAdaSelector(StatelessSelector):
         keep, keep_rollouts = np.empty(groups, dtype=bool), np.empty((groups, width), dtype=bool)
         for start in range(0, groups, ROWS):  # each group's decision reads its own row only
             rows = slice(start, start + ROWS)
-            keep[rows], keep_rollouts[rows] = self._decide(batch.rewards[rows], None if batch.valid is None
-                                                           else batch.valid[rows], n)
+            keep[rows] = self._decide(batch.rewards[rows], None if batch.valid is None else batch.valid[rows], n,
+                                      keep_rollouts[rows])
         hold = ~keep
+        repeat = self.round_repeat(n)  # extend in the smallest integer type that holds it (one byte: 1 MB at 10^6)
         return UpdateDecision(keep=keep, keep_rollouts=keep_rollouts,
                               advantage_stats="generated" if cfg.global_stat_est else "kept",
-                              hold=hold, extend=np.where(hold, self.round_repeat(n), 0))
+                              hold=hold, extend=np.multiply(hold, repeat, dtype=np.min_scalar_type(repeat)))
 
-    def _decide(self, rewards: np.ndarray, valid: np.ndarray | None, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """(keep bool[g], keep_rollouts bool[g, m]) of some groups' rewards float32[g, m] (valid: their columns
-        that hold a rollout, None = all). Counts and ranks go by row words (`stats`): a sum or cumulative sum
-        along a short last axis costs ~50 ms at 10^6 groups; the same integers, in int32 (half the bytes)."""
+    def _decide(self, rewards: np.ndarray, valid: np.ndarray | None, n: int, keep_rollouts: np.ndarray) -> np.ndarray:
+        """keep bool[g] of some groups' rewards float32[g, m] (valid: their columns that hold a rollout, None =
+        all), their kept rollouts written into `keep_rollouts` (bool[g, m]). Counts and ranks go by row words
+        (`stats`): a sum or cumulative sum along a short last axis costs ~50 ms at 10^6 groups. The same
+        integers in one byte each when n and m fit (array-array ufuncs on bytes are SIMD and cache-light)."""
         cfg = self.config
+        width = rewards.shape[1]
+        count_type = np.uint8 if max(n, width) <= 255 else np.int32  # every count and limit is <= max(n, m)
         positive = np.greater(rewards, cfg.positive_threshold)
         if valid is None:
-            rollouts = rewards.shape[1]
+            rollouts = width
         else:
             positive &= valid
-            rollouts = row_counts(valid).astype(np.int32)
-        pos = row_counts(positive).astype(np.int32)
-        neg = np.subtract(rollouts, pos)  # negatives: valid and not positive
+            rollouts = np.asarray(row_counts(valid), dtype=count_type)
+        pos = np.asarray(row_counts(positive), dtype=count_type)
+        neg = np.subtract(rollouts, pos, dtype=count_type)  # negatives: valid and not positive
         if cfg.choice == "balanced":
             half = n // 2  # floor(n/2) positives and n - floor(n/2) negatives (RT:1087-1090)
             finished = (pos >= half) & (neg >= n - half)
@@ -148,6 +152,7 @@ class ReinforceAdaSelector(StatelessSelector):
         keep = finished | last
         kept_pos, kept_neg = kept_counts(pos, neg, n, finished)
         # the first kept_pos positives and kept_neg negatives in generation order, none outside kept groups
-        kept_pos *= keep
-        kept_neg *= keep
-        return keep, first_of_each(positive, valid, kept_pos, kept_neg)
+        kept_pos *= keep.view(np.uint8) if count_type is np.uint8 else keep
+        kept_neg *= keep.view(np.uint8) if count_type is np.uint8 else keep
+        first_of_each(positive, valid, kept_pos, kept_neg, out=keep_rollouts)
+        return keep

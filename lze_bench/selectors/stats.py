@@ -225,7 +225,7 @@ def rows_by_pattern(flags: np.ndarray, rule) -> np.ndarray:
 
 
 def first_of_each(positive: np.ndarray, valid: np.ndarray | None, pos_limit: np.ndarray,
-                  neg_limit: np.ndarray) -> np.ndarray:
+                  neg_limit: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """bool[G, m]: each row's first `pos_limit[g]` positives and first `neg_limit[g]` negatives (valid, not
     positive) in column order, i.e. `positive & (cumsum(positive, 1) <= pos_limit[:, None]) | negative &
     (cumsum(negative, 1) <= neg_limit[:, None])`, equal entry for entry. `positive` must lie within `valid`
@@ -237,21 +237,82 @@ def first_of_each(positive: np.ndarray, valid: np.ndarray | None, pos_limit: np.
     in byte j the count of True bytes 0..j (each <= 8: no carries), to which the count of the row's earlier
     words is added in every byte (counts stay below 256: no carries either; 255 columns or more take the
     cumsums); a byte is kept if its count < limit + 1, held per byte the same way. Negatives are
-    `valid ^ positive` per word.
+    `valid ^ positive` per word. Without `valid`, the earlier words go into each word's bounds instead
+    (`_first_in_full_rows`): one pass per operation over every word of the rows at once.
+    `out` (optional, bool[G, m]): the result is written there and returned.
     """
     positive = np.asarray(positive, dtype=bool)
     groups, width = positive.shape
+    if out is not None and (out.dtype != bool or out.shape != positive.shape):
+        raise ValueError(f"first_of_each: out must be bool{list(positive.shape)}, got {out.dtype}{list(out.shape)}")
     pos_limit, neg_limit = np.asarray(pos_limit).reshape(-1), np.asarray(neg_limit).reshape(-1)
     if width >= 255 or not np.little_endian:
         negative = ~positive if valid is None else np.asarray(valid, dtype=bool) & ~positive
-        return ((positive & (np.cumsum(positive, axis=1) <= pos_limit[:, None]))
-                | (negative & (np.cumsum(negative, axis=1) <= neg_limit[:, None])))
+        chosen = ((positive & (np.cumsum(positive, axis=1) <= pos_limit[:, None]))
+                  | (negative & (np.cumsum(negative, axis=1) <= neg_limit[:, None])))
+        if out is not None:
+            out[...] = chosen
+        return out if out is not None else chosen
     positive = _padded(positive)
-    chosen = np.empty(positive.shape, dtype=bool)
-    valid_words = None if valid is None else _padded(np.asarray(valid, dtype=bool)).view(np.uint64)
-    pos_bound, neg_bound = _byte_bounds(pos_limit), _byte_bounds(neg_limit)
-    _first_in_words(positive.view(np.uint64), valid_words, pos_bound, neg_bound, chosen.view(np.uint64))
-    return chosen if chosen.shape[1] == width else np.ascontiguousarray(chosen[:, :width])
+    direct = out is not None and positive.shape == out.shape and out.flags.c_contiguous
+    chosen = out if direct else np.empty(positive.shape, dtype=bool)
+    if valid is None:
+        _first_in_full_rows(positive.view(np.uint64), pos_limit, neg_limit, chosen.view(np.uint64))
+    else:
+        valid_words = _padded(np.asarray(valid, dtype=bool)).view(np.uint64)
+        pos_bound, neg_bound = _byte_bounds(pos_limit), _byte_bounds(neg_limit)
+        _first_in_words(positive.view(np.uint64), valid_words, pos_bound, neg_bound, chosen.view(np.uint64))
+    chosen = chosen if chosen.shape[1] == width else np.ascontiguousarray(chosen[:, :width])
+    if out is not None and not direct:
+        out[...] = chosen
+    return out if out is not None else chosen
+
+
+def _first_in_full_rows(pos_words, pos_limit, neg_limit, out) -> None:
+    """`first_of_each` without `valid` (every column a rollout) on rows of uint64[g, w / 8] words of 0/1 bytes,
+    into `out` (same shape), in flat passes over all the words at once. A row's earlier words go into each
+    word's bounds instead of its counts, so a byte's count is within its own word: the word times 0x0101...01
+    for the positives, 0x0807...01 minus that for the negatives (byte j covers j + 1 entries; no borrow:
+    positives <= entries byte by byte). A byte is kept if its class's count is below its class's bound;
+    neg_ok ^ ((pos_ok ^ neg_ok) & positive) picks the class per byte."""
+    spread = np.uint64(0x0101010101010101)
+    rows, words = pos_words.shape
+    pos_bound, neg_bound = _word_bounds(pos_words, pos_limit, neg_limit)
+    pos_count = np.multiply(pos_words, spread)
+    pos_ok = np.less(pos_count.view(np.uint8), pos_bound.view(np.uint8)).view(np.uint64)
+    neg_count = np.subtract(np.uint64(0x0807060504030201), pos_count, out=pos_count)
+    neg_ok = np.less(neg_count.view(np.uint8), neg_bound.view(np.uint8)).view(np.uint64)
+    pos_ok ^= neg_ok
+    pos_ok &= pos_words
+    np.bitwise_xor(neg_ok, pos_ok, out=out)
+
+
+def _word_bounds(pos_words, pos_limit, neg_limit) -> tuple[np.ndarray, np.ndarray]:
+    """uint64[g, w] twice: per row word, limit + 1 minus the row's entries of the class in its earlier words,
+    floored at 0, in each of the word's 8 bytes: a True entry whose count within its word is c is among the
+    row's first `limit` iff c < that bound (a row holds <= 254 entries, so the bound fits a byte). Kept in
+    uint8 with saturating subtraction (x - min(x, y)): array-array ufuncs on bytes are SIMD; a min against a
+    scalar is not (~8x slower)."""
+    rows, words = pos_words.shape
+    bounds = np.empty((2, rows, words), dtype=np.uint8)
+    pos_left, neg_left = _bound_bytes(pos_limit), _bound_bytes(neg_limit)
+    bounds[0, :, 0], bounds[1, :, 0] = pos_left, neg_left
+    for column in range(1, words):
+        ones = np.bitwise_count(pos_words[:, column - 1])  # uint8: the previous word's positives
+        zeros = np.subtract(np.uint8(8), ones)  # its negatives (every column a rollout)
+        pos_left -= np.minimum(pos_left, ones, out=ones)
+        neg_left -= np.minimum(neg_left, zeros, out=zeros)
+        bounds[0, :, column], bounds[1, :, column] = pos_left, neg_left
+    wide = bounds.astype(np.uint64)
+    wide *= np.uint64(0x0101010101010101)
+    return wide[0], wide[1]
+
+
+def _bound_bytes(limit: np.ndarray) -> np.ndarray:
+    """uint8: min(max(limit, 0), 254) + 1, for limits of any integer type (uint8: the common, fast case)."""
+    if limit.dtype == np.uint8:
+        return np.subtract(limit, np.equal(limit, 255).view(np.uint8)) + np.uint8(1)
+    return (np.minimum(np.maximum(limit, 0), 254) + 1).astype(np.uint8)
 
 
 def _byte_bounds(limit: np.ndarray) -> np.ndarray:

@@ -78,6 +78,11 @@ EQUIVALENT = {
      "0.0 -> 1.0"):
         "guard of an exact fast path (0/1 rewards): with the mutant the counts disagree and the row reductions, "
         "which give the same answer, decide",
+    ("stats.py", "bounds = np.empty((2, rows, words), dtype=np.uint8)", "2 -> 3"):
+        "a third, never written plane of scratch: only planes 0 and 1 are filled and returned",
+    ("reinforce_ada.py", "count_type = np.uint8 if max(n, width) <= 255 else np.int32  # every count and limit is <= max(n, m)",
+     "<= -> <"): "n or m = 255 then counts in int32 instead of one byte: the same integers (a byte holds 255; "
+                 "the mutant 255 -> 256 is killed by n = 256)",
     ("stats.py", "if width >= 255 or not np.little_endian:", "not -> (removed)"):
         "platform guard: on a little-endian machine (every one this runs on) both forms take the word path",
     ("sec.py", "self.queue = np.zeros(0, dtype=np.int64)  # every arm's queue, arm after arm", "0 -> 1"):
