@@ -111,7 +111,7 @@ def run_job(world, selector: str, run_dir: Path, crash_at_update: int | None = N
 RESUMED = ("astral", "hive", "lze_full")
 
 
-def resumed(selector: str) -> bool:
+def crashes_and_resumes(selector: str) -> bool:
     return selector in RESUMED or os.environ.get("LZE_BENCH_EVERY_SELECTOR") == "1"
 
 
@@ -123,7 +123,7 @@ def test_openrlhf_fit_loop_on_cpu(world, selector, tmp_path):
     ok(run_job(world, selector, run, engine=ENGINE))
     ledger, trained = check_fit_loop(world["model"], selector, run, steps=STEPS, batch=BATCH, n=N, micro=MICRO,
                                      epochs=EPOCHS)
-    if not resumed(selector):
+    if not crashes_and_resumes(selector):
         return
 
     # crash before the last update (astral: its replay store, hive: its entropy history resume too), then again
