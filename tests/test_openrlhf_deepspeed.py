@@ -41,7 +41,6 @@ LZE_BENCH_REQUIRE_OPENRLHF=1 after installing it, and then a skip is a failure.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -192,7 +191,6 @@ def check_features(world, got: dict) -> None:
 
 STEPS, BATCH, N, MICRO = 3, 2, 4, 1
 LOOP = [("lze", 3), ("dapo", 2)]
-EVERY_SELECTOR = "LZE_BENCH_EVERY_SELECTOR"  # =1: the loop for every other selector too (ZeRO-2, real engines)
 
 
 def every_loop() -> list:
@@ -201,8 +199,8 @@ def every_loop() -> list:
     torch policy actor, tests/test_openrlhf_e2e.py) and these run with LZE_BENCH_EVERY_SELECTOR=1."""
     from lze_bench.backends.openrlhf.command import runnable_selectors
 
-    skip = pytest.mark.skipif(os.environ.get(EVERY_SELECTOR) != "1",
-                              reason=f"~100 s each; run with {EVERY_SELECTOR}=1")
+    skip = pytest.mark.skipif(not harness.every_selector(),  # the loop for every other selector (ZeRO-2, real engines)
+                              reason=f"~100 s each; run with {harness.EVERY_SELECTOR}=1")
     done = {selector for selector, _ in LOOP}
     from lze_bench.registry import SELECTORS
 

@@ -28,7 +28,6 @@ LZE_BENCH_REQUIRE_OPENRLHF=1 after installing it, and then a missing import fail
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -112,7 +111,7 @@ RESUMED = ("astral", "hive", "lze_full")
 
 
 def crashes_and_resumes(selector: str) -> bool:
-    return selector in RESUMED or os.environ.get("LZE_BENCH_EVERY_SELECTOR") == "1"
+    return selector in RESUMED or harness.every_selector()
 
 
 @pytest.mark.parametrize("selector", backend_selectors())

@@ -152,7 +152,8 @@ class ReinforceAdaSelector(StatelessSelector):
         keep = finished | last
         kept_pos, kept_neg = kept_counts(pos, neg, n, finished)
         # the first kept_pos positives and kept_neg negatives in generation order, none outside kept groups
-        kept_pos *= keep.view(np.uint8) if count_type is np.uint8 else keep
-        kept_neg *= keep.view(np.uint8) if count_type is np.uint8 else keep
+        kept = keep.view(np.uint8) if count_type is np.uint8 else keep  # bytes times bytes: no mixed-type loop
+        kept_pos *= kept
+        kept_neg *= kept
         first_of_each(positive, valid, kept_pos, kept_neg, out=keep_rollouts)
         return keep

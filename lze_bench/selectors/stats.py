@@ -250,10 +250,18 @@ def first_of_each(positive: np.ndarray, valid: np.ndarray | None, pos_limit: np.
         negative = ~positive if valid is None else np.asarray(valid, dtype=bool) & ~positive
         chosen = ((positive & (np.cumsum(positive, axis=1) <= pos_limit[:, None]))
                   | (negative & (np.cumsum(negative, axis=1) <= neg_limit[:, None])))
-        if out is not None:
-            out[...] = chosen
-        return out if out is not None else chosen
-    positive = _padded(positive)
+    else:
+        chosen = _first_by_words(_padded(positive), valid, pos_limit, neg_limit, out)
+    if out is None:
+        return np.ascontiguousarray(chosen[:, :width])  # (no copy when nothing was padded)
+    if chosen is not out:
+        out[...] = chosen[:, :width]
+    return out
+
+
+def _first_by_words(positive, valid, pos_limit, neg_limit, out) -> np.ndarray:
+    """`first_of_each` on rows padded to whole words (bool[G, w], w a multiple of 8), into `out` itself when it
+    has that shape and is C-contiguous (else a new array: the caller cuts and copies it)."""
     direct = out is not None and positive.shape == out.shape and out.flags.c_contiguous
     chosen = out if direct else np.empty(positive.shape, dtype=bool)
     if valid is None:
@@ -262,10 +270,7 @@ def first_of_each(positive: np.ndarray, valid: np.ndarray | None, pos_limit: np.
         valid_words = _padded(np.asarray(valid, dtype=bool)).view(np.uint64)
         pos_bound, neg_bound = _byte_bounds(pos_limit), _byte_bounds(neg_limit)
         _first_in_words(positive.view(np.uint64), valid_words, pos_bound, neg_bound, chosen.view(np.uint64))
-    chosen = chosen if chosen.shape[1] == width else np.ascontiguousarray(chosen[:, :width])
-    if out is not None and not direct:
-        out[...] = chosen
-    return out if out is not None else chosen
+    return chosen
 
 
 def _first_in_full_rows(pos_words, pos_limit, neg_limit, out) -> None:
@@ -318,10 +323,7 @@ def _bound_bytes(limit: np.ndarray) -> np.ndarray:
 def _byte_bounds(limit: np.ndarray) -> np.ndarray:
     """uint64: min(max(limit, 0), 254) + 1 in each of the 8 bytes: a True entry's count c is in [1, 254], so
     c <= limit <=> c < that."""
-    bound = np.maximum(limit, 0)  # (two ufuncs: np.clip's Python wrapper costs more on a cache-sized block)
-    np.minimum(bound, 254, out=bound)
-    bound += 1
-    wide = bound.astype(np.uint64)  # in [0, 255]
+    wide = _bound_bytes(limit).astype(np.uint64)  # in [1, 255]
     wide *= np.uint64(0x0101010101010101)
     return wide
 

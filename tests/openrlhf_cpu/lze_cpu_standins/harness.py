@@ -139,6 +139,13 @@ INSTALL_HINT = "install it: bash .ci/openrlhf.sh (CPU, these tests) or pip insta
 PROBLEM = "Is {i} odd? Reply 1 for yes, 0 for no."  # the tiny policy's task (fixtures.write_prompts)
 
 
+EVERY_SELECTOR = "LZE_BENCH_EVERY_SELECTOR"  # =1: the OpenRLHF tests' longer runs for every selector, not a subset
+
+
+def every_selector() -> bool:
+    return os.environ.get(EVERY_SELECTOR) == "1"
+
+
 def slow_openrlhf_marks() -> list:
     """`pytestmark` of a test file that runs OpenRLHF's job on CPU: slow, and skipped (naming the install command)
     only when OpenRLHF does not import; with LZE_BENCH_REQUIRE_OPENRLHF=1 (CI after installing it) an import
