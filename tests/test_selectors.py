@@ -390,7 +390,8 @@ def test_bench_selectors_measures_every_selector(tmp_path):
     assert result.exit_code == 0, result.output
     rows = json.loads(out.read_text())["rows"]
     names = [row["selector"] for row in rows]
-    assert sorted(names) == sorted([n for n in SELECTORS if n != "astral"] + ["astral:start", "astral:mid"])
+    assert sorted(names) == sorted([n for n in SELECTORS if n != "astral"]
+                                   + ["astral:start", "astral:mid", "speed:next", "reinforce_ada:next"])
     for row in rows:
         assert row["prompts"] == 300 and row["step"] >= 0 and row["batch"] > 0
         assert row["x sort"] >= 0  # the step in units of np.sort(10^6) on the same machine
@@ -412,6 +413,36 @@ def test_bench_selectors_times_the_first_call_of_selectors_that_extend_groups():
             batch, step, rng)
         one_step(sel, pool, 0)
         assert widths == [width], name
+
+
+def test_bench_selectors_times_the_next_call_on_the_held_groups_with_the_rollouts_they_asked_for():
+    """The `:next` row of SPEED and Reinforce-Ada: the groups the first call held, each with its first call's
+    rewards followed by `extension` more (SPEED: 4 screening + 20), decided as one batch."""
+    from lze_bench.bench.selectors import Pool, first_call, next_call
+
+    pool = Pool(300, 8, 4, 0)
+    for name, width in (("speed", 24), ("reinforce_ada", 32)):
+        sel, seen = _bench_selector(name), []
+        observe = sel.observe
+        sel.observe = lambda batch, observe=observe: seen.append(batch) or observe(batch)
+        _, first, decision = first_call(sel, pool, 0)
+        held = np.flatnonzero(decision.held)
+        assert 0 < held.size < first.num_groups, name
+        cpu, wall, groups = next_call(sel, pool, 0, first, decision)
+        nxt = seen[-1]
+        assert groups == nxt.num_groups == held.size and nxt.group_size == width, name
+        assert np.array_equal(nxt.prompt_ids, first.prompt_ids[held])
+        assert np.array_equal(nxt.rewards[:, :first.group_size], first.rewards[held])  # the first call's, then more
+        assert np.array_equal(nxt.counts, first.group_size + decision.extension[held]), name
+        assert cpu[0] == 0 and (cpu >= 0).all() and (wall >= 0).all()
+
+
+def _bench_selector(name):
+    from lze_bench.bench.selectors import make_selector
+
+    sel = make_selector(name, 300)
+    sel.group_size = 8
+    return sel
 
 
 def test_bench_selectors_history_full_times_every_selector_after_seeing_every_prompt():

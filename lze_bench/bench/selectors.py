@@ -18,6 +18,10 @@ it is reported as two rows, a round-start step and a mid-round step; its
 buffer_size is B (the authors' script: 512 at B = 512), and its predictor
 diagnostics (`step_metrics`, read by the backend for the ledger) are not
 part of a step here.
+SPEED and Reinforce-Ada decide a step in calls (screening, then continuation rounds): their row times a
+step's first call, and a `:next` row the same step's next call on the groups the first one held, each
+extended by the rollouts it asked for (drawn untimed; no fresh prompts, whose screening the first row
+times).
 Goal: < 50 ms per step at 10^6 prompts on one core for the
 selectors that score recorded statistics (all but astral's round start).
 
@@ -70,10 +74,11 @@ class Pool:
         self.spent = (self.spent[0] + end[0] - start[0], self.spent[1] + end[1] - start[1])
         return out
 
-    def rewards(self, ids: np.ndarray, step: int, columns: int | None = None) -> np.ndarray:
-        """0/1 float32[len(ids), columns] (default `samples`): each prompt right at its own pass rate."""
+    def rewards(self, ids: np.ndarray, step: int, columns: int | None = None, draw: int = 99) -> np.ndarray:
+        """0/1 float32[len(ids), columns] (default `samples`): each prompt right at its own pass rate
+        (`draw` seeds the stream with the seed and step: 99 a step's first call, 98 its next)."""
         shape = (ids.size, self.samples if columns is None else int(columns))
-        draws = np.random.default_rng([self.seed, step, 99]).random(shape, dtype=np.float32)
+        draws = np.random.default_rng([self.seed, step, draw]).random(shape, dtype=np.float32)
         return (draws < self.pass_rate[ids, None]).astype(np.float32)
 
 
@@ -122,6 +127,15 @@ def _clock() -> tuple[float, float]:
 
 def one_step(sel, pool: Pool, step: int) -> tuple[np.ndarray, np.ndarray, int]:
     """CPU and wall seconds of (select_rollout, observe, select_update), and the batch size."""
+    spans, batch, _ = first_call(sel, pool, step)
+    if hasattr(sel, "finish_update"):  # greso, hive: one round is the whole step here (not timed)
+        sel.finish_update()
+    return spans[:, 0], spans[:, 1], batch.num_groups
+
+
+def first_call(sel, pool: Pool, step: int):
+    """A step's first round: ((cpu, wall) seconds of select_rollout, observe and select_update as [3, 2], the
+    batch, the decision)."""
     from lze_bench.selectors.base import RolloutBatch, step_rng
 
     probe = sel.probe(step, step_rng(pool.seed, step, 3))
@@ -140,12 +154,52 @@ def one_step(sel, pool: Pool, step: int) -> tuple[np.ndarray, np.ndarray, int]:
     t2 = _clock()
     sel.observe(batch)
     t3 = _clock()
-    sel.select_update(batch, step, rng1)
+    decision = sel.select_update(batch, step, rng1)
     t4 = _clock()
-    if hasattr(sel, "finish_update"):  # greso, hive: one round is the whole step here (not timed)
-        sel.finish_update()
-    spans = np.array([[b[0] - a[0], b[1] - a[1]] for a, b in ((t0, t1), (t2, t3), (t3, t4))])
-    return spans[:, 0], spans[:, 1], int(ids.size)
+    return _spans(((t0, t1), (t2, t3), (t3, t4))), batch, decision
+
+
+def next_call(sel, pool: Pool, step: int, batch, decision) -> tuple[np.ndarray, np.ndarray, int]:
+    """The same step's next round of a selector that extends groups (speed, reinforce_ada), timed like
+    `one_step`: the groups `decision` held on `batch`, each with the further rollouts it asked for (drawn
+    untimed, as the backend generates them), observed and decided; no fresh prompts (their screening is a
+    first call's work) and no select_rollout (0 ms)."""
+    from lze_bench.selectors.base import step_rng
+
+    nxt = extended_batch(pool, step, batch, decision)
+    t0 = _clock()
+    sel.observe(nxt)
+    t1 = _clock()
+    sel.select_update(nxt, step, step_rng(pool.seed, step, 1, 1))  # (the backend's rng of round 1)
+    t2 = _clock()
+    spans = _spans(((t0, t0), (t0, t1), (t1, t2)))
+    return spans[:, 0], spans[:, 1], nxt.num_groups
+
+
+def extended_batch(pool: Pool, step: int, batch, decision):
+    """The held groups of a full-width `batch` (every row complete: a first call's) with each one's
+    `decision.extension` rollouts appended, as `lze_bench.ragged.append_rollouts` joins them (vectorized:
+    a padded [held, width] batch with a `valid` mask when the extensions differ)."""
+    from lze_bench.selectors.base import RolloutBatch
+
+    if batch.valid is not None:
+        raise LzeBenchError("bench selectors: the next call is built from a first call's full-width batch")
+    rows = np.flatnonzero(decision.held)
+    extra = decision.extension.take(rows).astype(np.int64)
+    ids, first = batch.prompt_ids.take(rows), batch.group_size
+    more = int(extra.max()) if rows.size else 0
+    rewards = np.zeros((rows.size, first + more), dtype=np.float32)
+    rewards[:, :first] = batch.rewards[rows]
+    valid = np.arange(first + more) < (first + extra)[:, None]
+    rewards[:, first:] = pool.rewards(ids, step, more, draw=98) * valid[:, first:]
+    if valid.all():
+        return RolloutBatch(prompt_ids=ids, rewards=rewards, step=step)
+    return RolloutBatch(prompt_ids=ids, rewards=rewards, step=step, valid=valid,
+                        rollout_step=np.full(rewards.shape, step, dtype=np.int32))
+
+
+def _spans(pairs) -> np.ndarray:
+    return np.array([[b[0] - a[0], b[1] - a[1]] for a, b in pairs])
 
 
 def observe_all(sel, pool: Pool, step: int) -> None:
@@ -173,10 +227,17 @@ def bench_one(name: str, pool: Pool, warmup: int, repeats: int, history: str = "
         observe_all(sel, pool, warmup)
     sel.begin_epoch(1, step_rng(pool.seed, warmup, 2))
     kinds = {"": []} if name != "astral" else {":start": [], ":mid": []}  # round start / mid round
+    if sel.extends_groups:
+        kinds[":next"] = []  # the same step's next round, on the groups the first one held
     step = warmup + (warmup % 2 if name == "astral" else 0)
     while min(len(v) for v in kinds.values()) < repeats:
         label = "" if name != "astral" else (":start" if step % sel.config.mu == 0 else ":mid")
-        kinds[label].append(one_step(sel, pool, step))
+        if sel.extends_groups:
+            spans, batch, decision = first_call(sel, pool, step)
+            kinds[label].append((spans[:, 0], spans[:, 1], batch.num_groups))
+            kinds[":next"].append(next_call(sel, pool, step, batch, decision))
+        else:
+            kinds[label].append(one_step(sel, pool, step))
         step += 1
     rows = []
     for label, times in kinds.items():
@@ -241,7 +302,8 @@ def bench_selectors(options: dict[str, str]) -> BenchResult:
         f"'x sort' = step / the CPU time of np.sort of 10^6 random float64 ({sort_ms:.1f} ms here, best of 5); "
         f"goal <= {SORT_GOAL:g} at 10^6 prompts",
         "speed and reinforce_ada: a step's first call (n_init = 4 and round_repeat = 2 x samples rollouts per "
-        "prompt: their screening / first round); their later calls bring back held, ragged groups",
+        "prompt: their screening / first round); :next = the same step's next call, on the groups the first held "
+        "with the rollouts each asked for (speed: n_continue = 20 more; drawn untimed), no fresh prompts",
         "mopps, adarft and sec roll out N/16 (mopps: a pool of 16 B, the authors' ts_ratio; adarft and sec choose "
         "B of all N; sec's arms are 5 levels, each must hold B prompts); their columns are a level 1-5 and a "
         "difficulty 0-100 per prompt",
