@@ -56,15 +56,26 @@ def test_recipe_grid_is_baseline_plus_selectors_the_backend_runs():
     assert spec["grid"]["seed"] == [0, 1, 2]
 
 
-# the per-rollout selectors (issue 29) run on backend=openrlhf but are not in the 1.5B recipe's grid yet: their
-# settings at that scale (n, continuations, rounds) belong to the recipe (sweeps/qwen25_math_1p5b.yaml)
-NOT_IN_RECIPE = {"pods", "reinforce_ada", "speed"}
-
-
 def recipe_selectors() -> list:
+    """Every selector the backend runs: the recipe compares them all with uniform."""
     from lze_bench.backends.openrlhf.command import runnable_selectors
 
-    return [s for s in runnable_selectors() if s not in NOT_IN_RECIPE]
+    return runnable_selectors()
+
+
+def test_recipe_runs_the_per_rollout_selectors_with_their_own_settings(tmp_path):
+    """pods, speed and reinforce_ada (issue 29) in the 1.5B recipe: each composes with its selector_overrides into
+    OpenRLHF flags at the recipe's shared n = 8; SPEED takes its authors' 1.5B script (8 + 16 rollouts) and
+    continues in multiples of the node's GPUs."""
+    spec = yaml.safe_load(RECIPE.read_text())
+    for name in ("pods", "speed", "reinforce_ada"):
+        own = spec.get("selector_overrides", {}).get(name, [])
+        cfg = compose("train", recipe_overrides(name, extra=[*own, f"run_dir={tmp_path / name}"]))
+        flags = flag_map(openrlhf_flags(cfg, RunPaths(tmp_path / name)))
+        assert flags["--rollout.n_samples_per_prompt"] == ["8"], name
+        if name == "speed":
+            assert (cfg.selector.n_init, cfg.selector.n_continue) == (8, 16)
+            assert cfg.selector.n_gpus == cfg.backend.gpus_per_node == 8
 
 
 def test_recipe_flags_field_by_field(recipe_cfg, tmp_path):

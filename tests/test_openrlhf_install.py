@@ -63,15 +63,15 @@ def test_smoke_1gpu_sweep_runs_every_backend_selector_on_one_gpu(tmp_path):
     from lze_bench.registry import SELECTORS
 
     spec = yaml.safe_load((REPO / "sweeps" / "smoke_1gpu.yaml").read_text())
-    # GSM8K carries no per-prompt column: every selector that reads none (adarft and sec read a level)
-    # and every one that decides per rollout (issue 29), whose one-GPU settings are not in the sweep yet
-    per_rollout = {s for s in runnable_selectors() if SELECTORS[s].keeps_rollouts or SELECTORS[s].extends_groups}
-    on_gsm8k = [s for s in runnable_selectors()
-                if not SELECTORS[s].metadata_columns(SELECTORS[s].Config()) and s not in per_rollout]
-    assert {"adarft", "sec"}.isdisjoint(on_gsm8k) and "mopps" in on_gsm8k
+    # GSM8K carries no per-prompt column: every selector that reads none (adarft and sec read a level),
+    # the per-rollout ones (issue 29) with smoke-sized settings of their own
+    on_gsm8k = [s for s in runnable_selectors() if not SELECTORS[s].metadata_columns(SELECTORS[s].Config())]
+    assert {"adarft", "sec"}.isdisjoint(on_gsm8k) and {"mopps", "pods", "speed", "reinforce_ada"} <= set(on_gsm8k)
     assert spec["grid"]["selector"][0] == "uniform" and sorted(spec["grid"]["selector"]) == sorted(on_gsm8k)
     for selector in spec["grid"]["selector"]:
-        cfg = compose("train", [*spec["overrides"], f"selector={selector}", "seed=0", f"run_dir={tmp_path / selector}"])
+        own = spec.get("selector_overrides", {}).get(selector, [])
+        cfg = compose("train", [*spec["overrides"], f"selector={selector}", *own, "seed=0",
+                                f"run_dir={tmp_path / selector}"])
         flags = openrlhf_flags(cfg, RunPaths(tmp_path / selector))
         assert flags[flags.index("--actor.num_gpus_per_node") + 1] == "1"
         assert flags[flags.index("--vllm.num_engines") + 1] == "1"
