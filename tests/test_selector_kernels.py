@@ -319,14 +319,14 @@ def test_hive_screen_over_several_blocks_draws_the_stream_of_one_call():
 
 
 @pytest.mark.parametrize("shift", [-2, -1, 0, 1, 5])
-def test_first_informative_equals_the_running_count_rule(shift):
+def test_keep_first_informative_equals_the_running_count_rule(shift):
     """dapo's rule `informative & (cumsum <= room)`, with room around the number of informative groups
     (at or above it: every one, as a new array)."""
-    from lze_bench.selectors.greso_state import first_informative
+    from lze_bench.selectors.dapo import keep_first_informative
 
     informative = np.random.default_rng(shift + 9).random(1000) < 0.4
     room = int(informative.sum()) + shift
-    kept = first_informative(informative, room)
+    kept = keep_first_informative(informative, room)
     assert np.array_equal(kept, informative & (np.cumsum(informative) <= room))
     assert kept.dtype == bool and not np.shares_memory(kept, informative)
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
-from lze_bench.selectors.dapo import cap_rounds
+from lze_bench.selectors.dapo import cap_rounds, keep_first_informative
 from lze_bench.selectors.stats import binary_ones, pass_rates
 
 PER_PROMPT = ("easy_run", "hard_run", "n_obs")
@@ -119,15 +119,6 @@ def round_estimate(need: int, groups: int, zero: int, first_round: int, margin: 
         return int(first_round), False
     estimate = math.floor(Fraction(margin) * need * groups / (groups - zero))
     return int(estimate), estimate <= first_round
-
-
-def first_informative(informative: np.ndarray, room: int) -> np.ndarray:
-    """dapo's `keep_first_informative`, `informative & (cumsum <= room)`, with an int32 running count
-    (half the memory traffic of the default int64 one at 10^6 groups; exact below 2^31 groups). When all
-    the informative groups fit, no running count exceeds `room` (each is <= the total): a copy, no cumsum."""
-    if np.count_nonzero(informative) <= room:
-        return informative.copy()
-    return informative & (np.cumsum(informative, dtype=np.int32) <= room)
 
 
 class SkipHistory:
@@ -411,7 +402,7 @@ class SkipHistory:
 
     def keep_informative(self, informative: np.ndarray, target: int) -> np.ndarray:
         """Dynamic sampling: the first `target - kept_so_far` informative groups, in generation order."""
-        keep = first_informative(informative, target - self.kept_so_far)
+        keep = keep_first_informative(informative, target - self.kept_so_far)
         self.kept_so_far += int(np.count_nonzero(keep))
         self.gen_rounds += 1
         return keep

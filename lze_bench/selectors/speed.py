@@ -56,7 +56,7 @@ import numpy as np
 from lze_bench.config.schema import require
 from lze_bench.registry import SELECTORS
 from lze_bench.selectors.base import Selector, UpdateDecision
-from lze_bench.selectors.greso_state import first_informative
+from lze_bench.selectors.dapo import keep_first_informative
 
 
 @dataclass
@@ -127,10 +127,11 @@ class SpeedSelector(Selector):
         # the first `target` complete groups in arrival order
         enough = int(np.count_nonzero(complete)) >= target
         capped = calls >= cfg.max_num_gen_batches
-        keep = first_informative(complete, target) if (enough or capped) else np.zeros(batch.num_groups, dtype=bool)
+        keep = (keep_first_informative(complete, target) if (enough or capped)
+                else np.zeros(batch.num_groups, dtype=bool))
         hold = (complete & ~keep) | survivor
         # continuations this call: the queued survivors, rounded down to a multiple of the GPU count
-        extend_now = first_informative(survivor, (int(np.count_nonzero(survivor)) // cfg.n_gpus) * cfg.n_gpus)
+        extend_now = keep_first_informative(survivor, (int(np.count_nonzero(survivor)) // cfg.n_gpus) * cfg.n_gpus)
         ends = enough or capped
         self.ready = int((complete & ~keep).sum())
         if ends and self.ready >= target:
