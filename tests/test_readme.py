@@ -15,10 +15,11 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def readme_dry_runs() -> list[str]:
-    """Lines of the README's ```bash blocks that start with `lze-bench` and pass --dry-run."""
+    """Lines of the README's ```bash blocks that start with `lze-bench` and pass --dry-run (each command once: the
+    README shows some in two places)."""
     blocks = re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
     lines = [line.split("#")[0].strip() for block in blocks for line in block.splitlines()]
-    return [line for line in lines if line.startswith("lze-bench ") and "--dry-run" in line]
+    return list(dict.fromkeys(line for line in lines if line.startswith("lze-bench ") and "--dry-run" in line))
 
 
 def test_readme_has_dry_run_examples():
