@@ -275,7 +275,7 @@ class SkipHistory:
         prompt in prompt order; 256 s is exact (a power of two) and the table's s are `survivors`'.
         """
         cells = self._scratch("_skip_cells", np.uint8)
-        code = skip = lowest = None  # no prompts: no table
+        code = skip = lowest = keep = None  # no prompts: no table
         for part, run, table, lowest in self.run_blocks():
             if code is None or table is not keep:  # the cells of the runs this table covers
                 keep, skip = table, np.subtract(1.0, table)
