@@ -119,6 +119,9 @@ def test_status_is_derived_from_files(tmp_path):
     assert status == "failed" and "left the scheduler" in error
     mark_done(tmp_path / "runs" / "a")
     assert derive_status(tmp_path, entry, {}) == ("done", None)
+    # done by its files while the job still runs (it writes after them): running until it has left
+    assert derive_status(tmp_path, entry, {"123": "running"}) == ("running", None)
+    assert derive_status(tmp_path, entry, None) == ("done", None)  # the scheduler unasked: the files decide
 
 
 def test_local_sweep_skips_done_reports_failure_and_resubmits(tmp_path):

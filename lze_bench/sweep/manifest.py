@@ -147,10 +147,16 @@ def last_line(text: str) -> str:
 
 def derive_status(sweep_dir: str | os.PathLike, entry: dict, live: dict[str, str] | None) -> tuple[str, str | None]:
     """(status, error line) of one job; `live` maps job id -> scheduler state (queued/running),
-    None when the scheduler could not be asked (status `unknown` until it answers)."""
-    if entry_done(sweep_dir, entry):
-        return "done", None
+    None when the scheduler could not be asked (status `unknown` until it answers).
+
+    Finished files with the job still live are not done yet: the job writes after them (an eval job appends
+    its `evals.parquet` rows after the result files that count as finished; a training job exits after
+    DONE), so a sweep that returned then could leave a report without the last rows."""
     job_id = entry.get("job_id")
+    if entry_done(sweep_dir, entry):
+        if job_id and live and job_id in live:
+            return live[job_id], None
+        return "done", None
     if not job_id:
         return "new", None
     result = read_result(sweep_dir, job_id)
