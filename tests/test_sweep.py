@@ -109,6 +109,26 @@ def test_manifest_refuses_a_changed_config(tmp_path):
         merge_plan(data, changed)
 
 
+def test_a_job_missing_from_the_queue_for_a_moment_is_asked_about_again_before_it_fails(tmp_path, monkeypatch):
+    """A Slurm job being requeued can drop out of squeue for a moment: a job that was live and vanishes without a
+    result is asked about once more (after a pause) before it counts as failed; a job already failed is not."""
+    from lze_bench.sweep import submit
+
+    plan = plan_jobs(SweepSpec(), ["seed=0,1", "trainer.steps=2"], tmp_path, name="t")
+    data = merge_plan(new_manifest(plan, []), plan)
+    data["jobs"]["s0"].update(job_id="41", status="running")
+    data["jobs"]["s1"].update(job_id="42", status="failed")
+    answers = iter([{}, {"41": "queued"}])
+    asked = []
+    monkeypatch.setattr(submit, "scheduler_states", lambda kind, ids: asked.append(sorted(ids)) or next(answers))
+    statuses = submit.refresh(plan, data, "slurm", recheck_s=0.01)
+    assert statuses["s0"] == ("queued", None) and data["jobs"]["s0"]["status"] == "queued"
+    assert statuses["s1"][0] == "failed" and asked == [["41", "42"], ["41"]]  # only the live one asked again
+    answers = iter([{}, {}])
+    asked.clear()
+    assert submit.refresh(plan, data, "slurm", recheck_s=0.01)["s0"][0] == "failed" and len(asked) == 2
+
+
 def test_status_is_derived_from_files(tmp_path):
     entry = {"run_dir": "runs/a", "job_id": None}
     assert derive_status(tmp_path, entry, {}) == ("new", None)

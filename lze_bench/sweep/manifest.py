@@ -145,6 +145,9 @@ def last_line(text: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
+LEFT_SCHEDULER = "the job left the scheduler without a result (killed, cancelled, timed out or lost)"
+
+
 def derive_status(sweep_dir: str | os.PathLike, entry: dict, live: dict[str, str] | None) -> tuple[str, str | None]:
     """(status, error line) of one job; `live` maps job id -> scheduler state (queued/running),
     None when the scheduler could not be asked (status `unknown` until it answers).
@@ -170,7 +173,7 @@ def derive_status(sweep_dir: str | os.PathLike, entry: dict, live: dict[str, str
         return "unknown", "the scheduler did not answer (squeue)"
     if job_id in live:
         return live[job_id], None
-    return "failed", "the job left the scheduler without a result (killed, cancelled, timed out or lost)"
+    return "failed", LEFT_SCHEDULER
 
 
 def checkpoints_finished(eval_dir: str | os.PathLike, entry: dict) -> int:

@@ -28,6 +28,7 @@ from pathlib import Path
 from lze_bench.errors import LzeBenchError
 from lze_bench.sweep.manifest import (
     FINAL,
+    LEFT_SCHEDULER,
     SUBMITIT,
     derive_status,
     load_manifest,
@@ -115,14 +116,24 @@ def job_threads(launcher: dict):
             os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
 
 
-def refresh(plan, data: dict, kind: str) -> dict[str, tuple[str, str | None]]:
+# a Slurm job being requeued (preemption, time limit) can be missing from squeue for a moment: a live job that
+# vanishes without a result is asked about once more after this pause before it counts as failed
+VANISHED_RECHECK_S = 3.0
+
+
+def refresh(plan, data: dict, kind: str, recheck_s: float = VANISHED_RECHECK_S) -> dict[str, tuple[str, str | None]]:
     """Derive every job's status now and record it in the manifest (in memory)."""
+    was_live = {name for name, e in data["jobs"].items() if e.get("status") in ("queued", "running")}
     live = scheduler_states(kind, [e["job_id"] for e in data["jobs"].values() if e.get("job_id")])
-    statuses = {}
-    for name, entry in data["jobs"].items():
-        status, error = derive_status(plan.sweep_dir, entry, live)
-        entry["status"], entry["error"] = status, error
-        statuses[name] = (status, error)
+    statuses = {name: derive_status(plan.sweep_dir, entry, live) for name, entry in data["jobs"].items()}
+    vanished = [name for name in was_live if statuses[name] == ("failed", LEFT_SCHEDULER)]
+    if vanished and recheck_s > 0:
+        time.sleep(recheck_s)
+        again = scheduler_states(kind, [data["jobs"][name]["job_id"] for name in vanished])
+        for name in vanished:
+            statuses[name] = derive_status(plan.sweep_dir, data["jobs"][name], again)
+    for name, (status, error) in statuses.items():
+        data["jobs"][name]["status"], data["jobs"][name]["error"] = status, error
     return statuses
 
 
