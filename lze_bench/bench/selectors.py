@@ -232,12 +232,12 @@ def bench_one(name: str, pool: Pool, warmup: int, repeats: int, history: str = "
     step = warmup + (warmup % 2 if name == "astral" else 0)
     while min(len(v) for v in kinds.values()) < repeats:
         label = "" if name != "astral" else (":start" if step % sel.config.mu == 0 else ":mid")
+        spans, batch, decision = first_call(sel, pool, step)
+        kinds[label].append((spans[:, 0], spans[:, 1], batch.num_groups))
         if sel.extends_groups:
-            spans, batch, decision = first_call(sel, pool, step)
-            kinds[label].append((spans[:, 0], spans[:, 1], batch.num_groups))
             kinds[":next"].append(next_call(sel, pool, step, batch, decision))
-        else:
-            kinds[label].append(one_step(sel, pool, step))
+        if hasattr(sel, "finish_update"):  # greso, hive: one round is the whole step here (not timed)
+            sel.finish_update()
         step += 1
     rows = []
     for label, times in kinds.items():
