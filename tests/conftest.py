@@ -60,6 +60,20 @@ def pytest_collection_modifyitems(config, items):
         items[:] = keep
 
 
+@pytest.fixture(scope="session")
+def openrlhf_importable() -> None:
+    """Skips (or, with LZE_BENCH_REQUIRE_OPENRLHF=1, fails) the tests of files whose `pytestmark` is
+    `harness.slow_openrlhf_marks()` when OpenRLHF's job does not import; probed once a session (its outcome,
+    a skip included, is kept for every later test)."""
+    standins = str(REPO / "tests" / "openrlhf_cpu")
+    sys.path.insert(0, standins)
+    try:
+        from lze_cpu_standins import harness
+    finally:
+        sys.path.remove(standins)
+    harness.require_openrlhf()
+
+
 @pytest.fixture
 def benchmark_data() -> Path:
     """The slices' root (`data.root`)."""

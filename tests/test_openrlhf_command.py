@@ -309,9 +309,19 @@ def test_dry_run_needs_no_openrlhf_ray_or_torch(tmp_path):
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
-def test_sweep_dry_run_lists_the_recipe_its_budget_checkpoints_and_eval_step():
-    result = CliRunner(env={"COLUMNS": "400"}).invoke(app, ["sweep", "sweep=qwen25_math_1p5b", "--dry-run"])
+@pytest.fixture(scope="module")
+def recipe_dry_run(tmp_path_factory):
+    """`lze-bench sweep sweep=qwen25_math_1p5b --dry-run` with an empty cache (composes 39 jobs: run once, read
+    by the tests below)."""
+    cache = tmp_path_factory.mktemp("cache")
+    result = CliRunner(env={"COLUMNS": "400", "LZE_BENCH_CACHE": str(cache)}).invoke(
+        app, ["sweep", "sweep=qwen25_math_1p5b", "--dry-run"])
     assert result.exit_code == 0, result.output
+    return result
+
+
+def test_sweep_dry_run_lists_the_recipe_its_budget_checkpoints_and_eval_step(recipe_dry_run):
+    result = recipe_dry_run
     assert f"{3 * len(recipe_selectors())} jobs" in result.output  # every recipe selector x 3 seeds
     assert ("every job: the run stops at the first step whose cum_flops reaches trainer.flop_budget=3e+18 "
             "(trainer.steps=400 is a cap); HF checkpoints at every multiple of 3e+17 FLOPs, after the last step"
@@ -320,7 +330,7 @@ def test_sweep_dry_run_lists_the_recipe_its_budget_checkpoints_and_eval_step():
             "eval=math_suite device=cuda generation.backend=vllm" in result.output)
 
 
-def test_sweep_dry_run_prints_astrals_head_step_and_its_flop_estimate(tmp_path):
+def test_sweep_dry_run_prints_astrals_head_step_and_its_flop_estimate(recipe_dry_run):
     """The recipe's astral runs its authors' learned head: one head step before the runs, shared by the three astral
     jobs, with its labellers, encoder and an upper-bound FLOP estimate from lze_bench.flops."""
     from types import SimpleNamespace
@@ -330,10 +340,7 @@ def test_sweep_dry_run_prints_astrals_head_step_and_its_flop_estimate(tmp_path):
     from lze_bench.backends.openrlhf.head_build import PUBLIC_SHAPES, POOL_SIZES
     from lze_bench.flops import FlopModel
 
-    result = CliRunner(env={"COLUMNS": "400", "LZE_BENCH_CACHE": str(tmp_path)}).invoke(
-        app, ["sweep", "sweep=qwen25_math_1p5b", "--dry-run"])
-    assert result.exit_code == 0, result.output
-    out = " ".join(result.output.split())
+    out = " ".join(recipe_dry_run.output.split())
     assert ("before the runs, head step (selector.predictor=trained, one head shared by astral-s0, astral-s1, "
             "astral-s2)") in out and "[to build before the runs]" in out
     spec = yaml.safe_load(RECIPE.read_text())

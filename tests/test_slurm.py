@@ -37,8 +37,16 @@ def slurm_unavailable() -> str | None:
     return None
 
 
-REASON = slurm_unavailable()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=f"real Slurm unavailable: {REASON}")
+@pytest.fixture(scope="module")
+def slurm_up() -> None:
+    """Skip, saying why, without a Slurm node; asked once, when the first selected test runs (at import time a
+    down controller cost every collection a `sinfo` timeout, ~9 s)."""
+    reason = slurm_unavailable()
+    if reason is not None:
+        pytest.skip(f"real Slurm unavailable: {reason}")
+
+
+pytestmark = pytest.mark.usefixtures("slurm_up")
 
 
 def test_slurm_array_reports_failed_jobs_with_their_error(tmp_path):

@@ -147,16 +147,25 @@ def every_selector() -> bool:
 
 
 def slow_openrlhf_marks() -> list:
-    """`pytestmark` of a test file that runs OpenRLHF's job on CPU: slow, and skipped (naming the install command)
-    only when OpenRLHF does not import; with LZE_BENCH_REQUIRE_OPENRLHF=1 (CI after installing it) an import
-    failure is an error instead."""
+    """`pytestmark` of a test file that runs OpenRLHF's job on CPU: slow, and the session fixture
+    `openrlhf_importable` (tests/conftest.py), which calls `require_openrlhf` once, when the first such test runs:
+    probing at import time cost ~8 s of a child process per file in every collection, the default run's too,
+    whose selection drops these tests."""
+    import pytest
+
+    return [pytest.mark.slow, pytest.mark.usefixtures("openrlhf_importable")]
+
+
+def require_openrlhf() -> None:
+    """Skip (naming the install command) when OpenRLHF does not import; with LZE_BENCH_REQUIRE_OPENRLHF=1 (CI after
+    installing it) an import failure is an error instead."""
     import pytest
 
     error = import_error()
     if error and os.environ.get("LZE_BENCH_REQUIRE_OPENRLHF") == "1":
         raise RuntimeError(f"LZE_BENCH_REQUIRE_OPENRLHF=1 but OpenRLHF does not import: {error}")
-    return [pytest.mark.slow,
-            pytest.mark.skipif(error is not None, reason=f"OpenRLHF 0.11.2 does not import ({error}); {INSTALL_HINT}")]
+    if error is not None:
+        pytest.skip(f"OpenRLHF 0.11.2 does not import ({error}); {INSTALL_HINT}")
 
 
 @contextlib.contextmanager
