@@ -388,20 +388,9 @@ def openrlhf_env(**extra) -> dict:
                 RAY_DEDUP_LOGS="0", **extra)
 
 
-def openrlhf_import_error() -> str | None:
-    """Why OpenRLHF 0.11.2 does not import with the stand-ins' path (None: it does), as test_openrlhf_e2e.py."""
-    probe = "import openrlhf.cli.train_ppo_ray, lze_bench.backends.openrlhf.trainer, lze_cpu_standins.policy"
-    done = subprocess.run([sys.executable, "-c", probe], env=openrlhf_env(), capture_output=True, text=True)
-    return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1]
-
-
 @pytest.mark.slow
+@pytest.mark.usefixtures("openrlhf_importable")  # skips, or fails with LZE_BENCH_REQUIRE_OPENRLHF=1 (conftest.py)
 def test_openrlhf_run_logs_every_ledger_column_and_openrlhf_metrics(tmp_path):
-    error = openrlhf_import_error()
-    if error and os.environ.get("LZE_BENCH_REQUIRE_OPENRLHF") == "1":
-        raise RuntimeError(f"LZE_BENCH_REQUIRE_OPENRLHF=1 but OpenRLHF does not import: {error}")
-    if error:
-        pytest.skip(f"OpenRLHF 0.11.2 does not import: {error}")
     sys.path.insert(0, str(STANDINS))
     try:
         from lze_cpu_standins.fixtures import RayCluster, save_tiny_policy, write_prompts
