@@ -27,7 +27,9 @@ float64 running sum, because a long run of a 7B model passes 2^63 FLOPs
 
 Every reader goes through `_read_parquet`: a file that exists but cannot be
 read (truncated, half-copied) is one error line naming it and the fix, raised
-before anything is written, so the damaged file is never overwritten.
+before anything is written, so the damaged file is never overwritten. It reads
+through one open handle (rundir.read_parquet), so a reader beside a live run
+sees the file before or after a step's rename, never a mix of the two.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from lze_bench.errors import LzeBenchError, damaged_file
-from lze_bench.rundir import atomic_write_bytes
+from lze_bench.rundir import atomic_write_bytes, read_parquet
 
 LEDGER_FILE = "ledger.parquet"
 ROLLOUTS_FILE = "rollouts.parquet"
@@ -143,7 +145,7 @@ def _read_parquet(path: Path, fix: str) -> pd.DataFrame:
     from pyarrow import ArrowException
 
     try:
-        return pd.read_parquet(path)
+        return read_parquet(path)
     except (ArrowException, OSError, ValueError, EOFError) as exc:  # ArrowInvalid: truncated / not Parquet
         raise damaged_file(path, exc, fix) from exc
 

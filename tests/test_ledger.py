@@ -149,3 +149,46 @@ def test_damaged_tables_are_one_line_naming_the_file_and_are_never_overwritten(t
             message = str(caught.value)
             assert message.startswith(f"{path} is damaged and was left as is (ArrowInvalid: ") and "\n" not in message
             assert path.read_bytes() == damaged
+
+
+_WRITER = """
+import sys
+from lze_bench.ledger import LEDGER_COLUMNS, Ledger
+ledger = Ledger(sys.argv[1])
+for step in range(int(sys.argv[2])):
+    row = {name: 0 for name, dtype in LEDGER_COLUMNS.items() if dtype == "int64"}
+    row.update({name: 0.0 for name, dtype in LEDGER_COLUMNS.items() if dtype == "float64"})
+    for key in ("flops_total", "cum_flops", "cum_time_s", "heldout_accuracy"):
+        row.pop(key)
+    row.update(step=step, partial=False, flops_rollout=10, time_step_s=1.0)
+    ledger.append(row)
+"""
+
+
+def test_a_live_runs_ledger_reads_whole_while_every_step_replaces_it(tmp_path):
+    """A report, `sweep status` or a test watching a run reads its ledger while the run renames a new one
+    over it each step: every read sees a whole ledger, never the old file's size applied to the new one
+    (a read by path failed ~7% of the time against such a writer)."""
+    import subprocess
+    import sys
+    import time
+
+    from lze_bench.sweep.manifest import ledger_position
+
+    steps = 400
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path / "live"), str(steps)])
+    try:
+        reads, seen = 0, 0
+        deadline = time.monotonic() + 60
+        while writer.poll() is None and time.monotonic() < deadline:
+            if (tmp_path / "live" / "ledger.parquet").exists():
+                rows = len(read_ledger(tmp_path / "live"))
+                assert rows >= seen
+                seen = rows
+                assert ledger_position(tmp_path, {"run_dir": "live"})[0] >= rows
+                reads += 1
+    finally:
+        writer.kill()
+        writer.wait()
+    assert writer.returncode == 0 and reads >= 50, (writer.returncode, reads)
+    assert len(read_ledger(tmp_path / "live")) == steps

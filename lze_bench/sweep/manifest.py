@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from lze_bench.errors import LzeBenchError
-from lze_bench.rundir import atomic_write_json, is_done
+from lze_bench.rundir import atomic_write_json, is_done, read_parquet
 
 MANIFEST = "manifest.json"
 SUBMITIT = "submitit"  # submitit's folder (pickles, logs) inside the sweep dir
@@ -200,11 +200,9 @@ def ledger_position(sweep_dir: str | os.PathLike, entry: dict) -> tuple[int, flo
     if not path.exists():
         return 0, 0.0
     try:
-        import pyarrow.parquet as pq
-
-        column = pq.read_table(path, columns=["cum_flops"]).column("cum_flops")
-        return len(column), float(column[-1].as_py()) if len(column) else 0.0
-    except Exception:  # being replaced right now: show nothing rather than fail a status table
+        column = read_parquet(path, columns=["cum_flops"])["cum_flops"]
+        return len(column), float(column.iloc[-1]) if len(column) else 0.0
+    except Exception:  # a damaged ledger: its run's own resume names it; a status table still shows
         return 0, 0.0
 
 

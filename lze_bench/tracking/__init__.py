@@ -110,11 +110,11 @@ def open_tracker(container: dict, run_dir: str | os.PathLike, resume: tuple[int,
 
 
 def _eval_rows(run_dir: Path) -> list[dict]:
-    """evals.parquet as records (read with pandas: the ledger module sits above this package)."""
-    import pandas as pd
+    """evals.parquet as records (read here: the ledger module sits above this package)."""
+    from lze_bench.rundir import read_parquet
 
     path = run_dir / "evals.parquet"
-    return pd.read_parquet(path).to_dict("records") if path.exists() else []
+    return read_parquet(path).to_dict("records") if path.exists() else []
 
 
 def log_evals(run_dir: str | os.PathLike, rows: list[dict], recorded: list[tuple] = (),
