@@ -196,23 +196,21 @@ LOOP = [("lze", 3), ("dapo", 2)]
 def every_loop() -> list:
     """LOOP, then every other selector the backend runs on ZeRO-2. A run with OpenRLHF's real engines and DeepSpeed
     policy costs ~100 s on 2 cores, so CI runs LOOP (every selector's loop runs there on real engines with the
-    torch policy actor, tests/test_openrlhf_e2e.py) and these run with LZE_BENCH_EVERY_SELECTOR=1."""
+    torch policy actor, tests/test_openrlhf_e2e.py) and these run with LZE_BENCH_EVERY_SELECTOR=1. The selectors
+    that decide per rollout (harness.PER_ROLLOUT) are among them: their kept rollouts, not n per prompt, are what
+    the two ranks must split into the same number of whole micro-batches."""
     from lze_bench.backends.openrlhf.command import runnable_selectors
 
     skip = pytest.mark.skipif(not harness.every_selector(),  # the loop for every other selector (ZeRO-2, real engines)
                               reason=f"~100 s each; run with {harness.EVERY_SELECTOR}=1")
     done = {selector for selector, _ in LOOP}
-    from lze_bench.registry import SELECTORS
-
-    # the selectors that decide per rollout have their own loop checks (test_openrlhf_e2e.py)
-    per_rollout = {s for s in runnable_selectors() if SELECTORS[s].keeps_rollouts or SELECTORS[s].extends_groups}
-    return [*LOOP, *(pytest.param(s, 2, marks=skip) for s in runnable_selectors() if s not in done | per_rollout)]
+    return [*LOOP, *(pytest.param(s, 2, marks=skip) for s in runnable_selectors() if s not in done)]
 COMPARED = ["step", "prompts_rolled_out", "groups_kept", "gen_rounds", "samples", "generated_tokens",
             "trained_tokens", "responses_trained", "flops_total", "cum_flops", "partial"]
 
 
 def loop_overrides(world, selector: str, zero_stage: int, run_dir: Path) -> list[str]:
-    extra = harness.engine_overrides(ENGINE)
+    extra = (*harness.PER_ROLLOUT.get(selector, ()), *harness.engine_overrides(ENGINE))
     return harness.overrides(world["loop_model"], world["data"], selector, run_dir, steps=STEPS, batch=BATCH, n=N,
                              micro=MICRO, gpus=RANKS, zero_stage=zero_stage, extra=extra)
 
@@ -261,6 +259,10 @@ def test_controller_loop_on_deepspeed(world, selector, zero_stage):
         assert all(max(r) > min(r) for r in rollouts[rollouts["kept"]]["rewards"])
     if selector == "lze":
         assert (ledger["gen_rounds"] == 1).all()
+    if selector in harness.PER_ROLLOUT:  # the rollout log's kept rollouts are the step's, and the trim only drops
+        for row in ledger.itertuples():
+            flags = rollouts[rollouts["step"] == row.step]["kept_rollouts"]
+            assert sum(map(sum, flags)) == row.responses_kept >= row.responses_trained
     if ENGINE == "vllm":  # every engine (one per rank) holds what the actor trained, after every update's sync
         syncs = [json.loads(line) for line in (run / "openrlhf" / "engine_sync.jsonl").read_text().splitlines()]
         by_update = {sync["update"]: sync["engines"] for sync in syncs}

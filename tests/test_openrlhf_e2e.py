@@ -53,11 +53,7 @@ pytestmark = harness.slow_openrlhf_marks()
 ENGINE = harness.engine_under_test()
 
 
-# selectors that decide per rollout (issue 29), at this test's scale: PODS keeps 2 of 4, Reinforce-Ada rolls out
-# rounds of 4 (two at most), SPEED screens with 2 and continues with 4 more (groups of 6, not n = 4)
-PER_ROLLOUT = {"pods": ("selector.down_sample_ratio=2",),
-               "reinforce_ada": ("selector.round_repeat=4", "selector.max_rounds=2"),
-               "speed": ("selector.n_init=2", "selector.n_continue=4")}
+PER_ROLLOUT = harness.PER_ROLLOUT  # the selectors that decide per rollout, with their settings at n = 4
 
 
 def backend_selectors() -> list[str]:
