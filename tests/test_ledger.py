@@ -152,15 +152,10 @@ def test_damaged_tables_are_one_line_naming_the_file_and_are_never_overwritten(t
 
 
 _WRITER = """
-import sys
-from lze_bench.ledger import LEDGER_COLUMNS, Ledger
+import json, sys
+from lze_bench.ledger import Ledger
 ledger = Ledger(sys.argv[1])
-for step in range(int(sys.argv[2])):
-    row = {name: 0 for name, dtype in LEDGER_COLUMNS.items() if dtype == "int64"}
-    row.update({name: 0.0 for name, dtype in LEDGER_COLUMNS.items() if dtype == "float64"})
-    for key in ("flops_total", "cum_flops", "cum_time_s", "heldout_accuracy"):
-        row.pop(key)
-    row.update(step=step, partial=False, flops_rollout=10, time_step_s=1.0)
+for row in json.loads(open(sys.argv[2]).read()):
     ledger.append(row)
 """
 
@@ -169,6 +164,7 @@ def test_a_live_runs_ledger_reads_whole_while_every_step_replaces_it(tmp_path):
     """A report, `sweep status` or a test watching a run reads its ledger while the run renames a new one
     over it each step: every read sees a whole ledger, never the old file's size applied to the new one
     (a read by path failed ~7% of the time against such a writer)."""
+    import json
     import subprocess
     import sys
     import time
@@ -176,7 +172,8 @@ def test_a_live_runs_ledger_reads_whole_while_every_step_replaces_it(tmp_path):
     from lze_bench.sweep.manifest import ledger_position
 
     steps = 400
-    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path / "live"), str(steps)])
+    (tmp_path / "rows.json").write_text(json.dumps([_row(step) for step in range(steps)]))
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path / "live"), str(tmp_path / "rows.json")])
     try:
         reads, seen = 0, 0
         deadline = time.monotonic() + 60
