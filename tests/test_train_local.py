@@ -196,7 +196,7 @@ def test_train_prints_no_warnings_a_cpu_user_did_not_ask_for(tmp_path, cache_dir
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [f"run directory: {run_dir}"]
-    for noise in ("accelerator", "DeepSpeed", "[WARNING]", "Warning:", "pynvml"):
+    for noise in ("accelerator", "DeepSpeed", "[WARNING]", "Warning:", "pynvml", "deprecated"):
         assert noise not in out.stdout + out.stderr, out.stdout + out.stderr
 
 

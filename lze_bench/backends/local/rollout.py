@@ -17,11 +17,17 @@ Choices where the spec is silent:
 - FLOPs count the tokens of each sequence (design.md: F(prompt + response)
   per sample), not padding, so a count does not depend on how we batch;
 - randomness: one `torch.Generator` per call, seeded by the caller from
-  (seed, step, round), so a resumed run samples exactly what an unbroken one would.
+  (seed, step, round), so a resumed run samples exactly what an unbroken one would;
+- the KV cache is a `DynamicCache` we make and pass in, updated in place by the
+  model, so the loop never reads it back from the output: transformers renamed the
+  forward argument and output field from `past_key_values` to `cache` (5.2x; the old
+  name warns and goes in 5.40), and `cache_kwarg` finds which name the installed
+  version takes, so every version we allow runs without a deprecated call.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,6 +68,11 @@ def _sample(logits, temperature: float, top_p: float, greedy: bool, generator):
     return token, logp.gather(-1, token[:, None]).squeeze(-1), entropy
 
 
+def cache_kwarg(model) -> str:
+    """The name under which the installed transformers' `forward` takes a KV cache: `cache` or `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def _generate_chunk(model, prompts, *, pad_id, eos_id, max_new_tokens, temperature, top_p, greedy, generator):
     import torch
 
@@ -74,8 +85,11 @@ def _generate_chunk(model, prompts, *, pad_id, eos_id, max_new_tokens, temperatu
         mask[row, width - len(prompt):] = 1
     input_ids, mask = input_ids.to(device), mask.to(device)
     positions = (mask.cumsum(1) - 1).clamp(min=0)
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True)
-    cache, logits = out.past_key_values, out.logits[:, -1]
+    from transformers import DynamicCache
+
+    cache, cache_arg = DynamicCache(config=model.config), cache_kwarg(model)
+    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                   **{cache_arg: cache}).logits[:, -1]
     next_pos = positions[:, -1] + 1
     alive = torch.arange(batch, device=device)  # original row of each batch row
     tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
@@ -99,9 +113,8 @@ def _generate_chunk(model, prompts, *, pad_id, eos_id, max_new_tokens, temperatu
             cache.batch_select_indices(index)
             alive, token, mask, next_pos = alive[index], token[index], mask[index], next_pos[index]
         mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=device)], dim=1)
-        out = model(input_ids=token[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                    past_key_values=cache, use_cache=True)
-        cache, logits = out.past_key_values, out.logits[:, -1]
+        logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                       use_cache=True, **{cache_arg: cache}).logits[:, -1]
         next_pos = next_pos + 1
     lengths = lengths.cpu().numpy()
     tokens, logps = tokens.cpu().numpy(), logps.float().cpu().numpy()
