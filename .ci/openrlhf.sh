@@ -13,6 +13,8 @@ set -euo pipefail
 constraints="$(mktemp)"
 trap 'rm -f "$constraints"' EXIT
 echo "torch==2.13.0" > "$constraints"
+# .ci/run's floors stage holds the project's own dependencies at their declared floors through the same file.
+if [ -n "${LZE_BENCH_CI_CONSTRAINTS:-}" ]; then grep -v '^torch==' "$LZE_BENCH_CI_CONSTRAINTS" >> "$constraints"; fi
 pip_install() { python3 -m pip install -q -c "$constraints" "$@"; }
 # `packaging` reads the wheel's Requires-Dist below; a fresh venv does not have it yet.
 pip_install packaging

