@@ -12,13 +12,22 @@ from collections import OrderedDict
 from lze_bench.errors import LzeBenchError
 
 
+def store_capacity(requested: int, buffer_size: int | None, batch_size: int) -> int:
+    """Groups a run's rollout store keeps: `backend.rollout_store_groups` when >= 0; when -1 (auto), what the
+    selector can ask for: ASTRAL's buffer holds at most `buffer_size - floor(sigma*B)` older groups plus one
+    step's fresh groups (<= B), so the newest `buffer_size + B` prompts cover every key it can ask for; a
+    selector without a buffer replays nothing (0)."""
+    if int(requested) >= 0:
+        return int(requested)
+    buffer_size = int(buffer_size or 0)
+    return buffer_size + int(batch_size) if buffer_size else 0
+
+
 class RolloutStore:
     """Generated groups kept for replay (ASTRAL), newest entry per prompt, at most `capacity` prompts.
 
-    ASTRAL's buffer keeps each prompt's newest group: at most
-    `buffer_size - floor(sigma*B)` older groups plus one step's fresh groups
-    (<= B), so a store of the newest `buffer_size + B` prompts holds every key
-    it can ask for (the trainer's default capacity).
+    ASTRAL's buffer keeps each prompt's newest group, so a store of the newest
+    `store_capacity(...)` prompts holds every key it can ask for.
     """
 
     def __init__(self, capacity: int):

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lze_bench.backends.openrlhf import slurm
+from lze_bench.backends.openrlhf import ray_cluster, slurm
 from lze_bench.backends.openrlhf.accounting import ledger_row, rollout_rows
 from lze_bench.backends.openrlhf.command import RunPaths, check, openrlhf_flags
 from lze_bench.backends.openrlhf.selection import Group, StepRecord
@@ -46,19 +46,19 @@ def role(rank=0, gpus=8, cpus=1, attempt=0):
 
 
 def test_ray_cpus_cover_openrlhf_bundles_even_with_one_cpu_per_task(tmp_path, monkeypatch):
-    from lze_bench.backends.openrlhf.placement import ray_cpus
+    from lze_bench.backends.openrlhf.plan import launch_plan
 
     cfg = cfg_with(tmp_path)
-    assert ray_cpus(cfg) == 9  # 8 colocated {"GPU": 1, "CPU": 1} bundles + the PPOTrainer actor
+    assert launch_plan(cfg).ray_cpus == 9  # 8 colocated {"GPU": 1, "CPU": 1} bundles + the PPOTrainer actor
     monkeypatch.setenv("SLURM_PROCID", "0")
     monkeypatch.setenv("SLURM_JOB_NODELIST", "node1")
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
-    monkeypatch.setattr(slurm.subprocess, "run", lambda *a, **k: type("R", (), {"stdout": "node1\n"})())
-    node = slurm.NodeRole.from_env(8, ray_cpus(cfg))
-    assert "--num-cpus=9" in slurm.head_command(node, "10.0.0.1")
+    monkeypatch.setattr(ray_cluster.subprocess, "run", lambda *a, **k: type("R", (), {"stdout": "node1\n"})())
+    node = slurm.NodeRole.from_env(8, launch_plan(cfg).ray_cpus)
+    assert "--num-cpus=9" in ray_cluster.head_command(node, "10.0.0.1")
     separate = cfg_with(tmp_path, "backend.colocate_all=false", "backend.vllm_enable_sleep=false",
                         "backend.ds_enable_sleep=false", "trainer.kl_coef=0.001")
-    assert ray_cpus(separate) == 8 + 8 + 8 + 1
+    assert launch_plan(separate).ray_cpus == 8 + 8 + 8 + 1
 
 
 def test_placement_group_wait_is_bounded():
@@ -91,7 +91,7 @@ def test_placement_group_wait_is_bounded():
 
 
 def test_ray_is_started_by_the_jobs_own_python():
-    for command in (slurm.head_command(role(), "10.0.0.1"), slurm.worker_command(role(rank=1), "10.0.0.1")):
+    for command in (ray_cluster.head_command(role(), "10.0.0.1"), ray_cluster.worker_command(role(rank=1), "10.0.0.1")):
         assert command[:3] == [sys.executable, "-m", "ray.scripts.scripts"]
         assert "start" in command and "--block" in command
 
@@ -100,13 +100,21 @@ def test_ray_is_started_by_the_jobs_own_python():
 
 
 def test_nonzero_driver_exit_fails_the_submitit_job(monkeypatch, tmp_path):
-    monkeypatch.setattr(slurm.NodeRole, "from_env", classmethod(lambda cls, gpus, cpus=1: role()))
+    from lze_bench.backends.openrlhf.plan import command_path, launch_plan
+    from lze_bench.rundir import atomic_write_json
+
+    run = tmp_path / "run"  # prepared: the job reads its launch plan from command.json
+    atomic_write_json(command_path(run), {"argv": ["driver"], "plan": launch_plan(cfg_with(tmp_path)).to_dict()})
+    asked = []
+    monkeypatch.setattr(slurm.NodeRole, "from_env", classmethod(lambda cls, gpus, cpus=1: asked.append((gpus, cpus))
+                                                                or role()))
     monkeypatch.setattr(slurm, "job_hosts", lambda: ["node1"])
     monkeypatch.setattr(slurm, "node_main", lambda run_dir, node, peers=(): 3)
     with pytest.raises(LzeBenchError, match="exited with code 3"):
-        slurm.OpenRLHFJob()(str(tmp_path), 8)
+        slurm.OpenRLHFJob()(str(run))
     monkeypatch.setattr(slurm, "node_main", lambda run_dir, node, peers=(): 0)
-    assert slurm.OpenRLHFJob()(str(tmp_path), 8) == 0
+    assert slurm.OpenRLHFJob()(str(run)) == 0
+    assert asked == [(8, 9), (8, 9)]  # the plan's GPUs and Ray CPUs
 
 
 def test_submit_passes_max_requeue_and_srun_cpus_to_submitit(monkeypatch, tmp_path):
@@ -129,10 +137,10 @@ def test_submit_passes_max_requeue_and_srun_cpus_to_submitit(monkeypatch, tmp_pa
 
     cfg = cfg_with(tmp_path, "launcher.max_requeue=5")
     monkeypatch.setattr(submitit, "SlurmExecutor", FakeExecutor)
-    monkeypatch.setattr(launch, "prepare", lambda c: (RunPaths(tmp_path / "run"), ["python"]))
-    launch._submit(cfg)
+    monkeypatch.setattr(launch, "prepare", lambda c, plan: (RunPaths(tmp_path / "run"), ["python"]))
+    launch._submit(cfg, launch.launch_plan(cfg))
     assert seen["max_num_timeout"] == 5 and "max_requeue" not in seen["params"]
-    assert seen["args"][1:] == (8, 9)  # GPUs, Ray CPUs
+    assert seen["args"] == (str(tmp_path / "run"),)  # the job reads GPUs and Ray CPUs from the recorded plan
     # the job step gets the CPUs Ray needs (Slurm 22.05-23.02 would give it one) and dies with a failed task
     assert seen["params"]["srun_args"] == ["--cpus-per-task=9", "--kill-on-bad-exit=1"]
 
@@ -197,17 +205,17 @@ class FakeProc:
 def test_teardown_terminates_this_jobs_ray_and_never_runs_ray_stop(monkeypatch, tmp_path):
     FakeProc.started = []
     ran = []
-    monkeypatch.setattr(slurm.subprocess, "Popen", FakeProc)
-    monkeypatch.setattr(slurm.subprocess, "run", lambda command, **kw: ran.append(command) or
+    monkeypatch.setattr(ray_cluster.subprocess, "Popen", FakeProc)
+    monkeypatch.setattr(ray_cluster.subprocess, "run", lambda command, **kw: ran.append(command) or
                         type("R", (), {"returncode": 0})())
-    monkeypatch.setattr(slurm, "head_address", lambda host, peers=(): "10.0.0.1")
-    monkeypatch.setattr(slurm, "_wait_for_nodes", lambda *a, **k: None)
-    monkeypatch.setattr(slurm, "load_driver_argv", lambda run_dir: ["driver"])
-    monkeypatch.setattr(slurm, "POLL_S", 0.01)
-    assert slurm.node_main(tmp_path, role()) == 0
-    marker = slurm.done_marker(tmp_path, role())
+    monkeypatch.setattr(ray_cluster, "head_address", lambda host, peers=(): "10.0.0.1")
+    monkeypatch.setattr(ray_cluster, "_wait_for_nodes", lambda *a, **k: None)
+    monkeypatch.setattr(ray_cluster, "load_driver_argv", lambda run_dir: ["driver"])
+    monkeypatch.setattr(ray_cluster, "POLL_S", 0.01)
+    assert ray_cluster.node_main(tmp_path, role()) == 0
+    marker = ray_cluster.done_marker(tmp_path, role())
     assert marker.exists()
-    assert slurm.node_main(tmp_path, role(rank=1)) == 0  # the worker sees the marker and stops its own Ray
+    assert ray_cluster.node_main(tmp_path, role(rank=1)) == 0  # the worker sees the marker and stops its own Ray
     assert all(p.terminated for p in FakeProc.started) and len(FakeProc.started) == 2
     assert all("stop" not in command for command in ran + [p.command for p in FakeProc.started])
 
@@ -224,7 +232,7 @@ def test_head_address_is_never_loopback(monkeypatch, tmp_path):
     """Debian maps a host's own name to 127.0.1.1: the head then finds the address it reaches its peers with."""
     FakeProc.started = []
     answers = {"node1": "127.0.1.1", "node2": "10.0.0.2"}
-    monkeypatch.setattr(slurm.socket, "getaddrinfo",
+    monkeypatch.setattr(ray_cluster.socket, "getaddrinfo",
                         lambda host, port, family=0, *a: [(family, 2, 17, "", (answers.get(host, host), port or 0))])
 
     class Probe:  # a UDP "connect" sends nothing; it only picks the route's source address
@@ -243,42 +251,42 @@ def test_head_address_is_never_loopback(monkeypatch, tmp_path):
         def __exit__(self, *exc):
             return False
 
-    monkeypatch.setattr(slurm.socket, "socket", Probe)
-    assert slurm.head_address("node1", ["node2"]) == "10.0.0.1"
+    monkeypatch.setattr(ray_cluster.socket, "socket", Probe)
+    assert ray_cluster.head_address("node1", ["node2"]) == "10.0.0.1"
     answers["node1"] = "10.0.0.1"
-    assert slurm.head_address("node1", []) == "10.0.0.1"
+    assert ray_cluster.head_address("node1", []) == "10.0.0.1"
     answers.update(node1="127.0.1.1", node2="127.0.0.1")
     with pytest.raises(LzeBenchError, match="resolves only to loopback"):
-        slurm.head_address("node1", ["node2"])
+        ray_cluster.head_address("node1", ["node2"])
     # node_main hands the non-loopback address to Ray and the driver
     answers.update(node1="127.0.1.1", node2="10.0.0.2")
-    monkeypatch.setattr(slurm.subprocess, "Popen", FakeProc)
-    monkeypatch.setattr(slurm.subprocess, "run", lambda command, **kw: type("R", (), {"returncode": 0})())
-    monkeypatch.setattr(slurm, "_wait_for_nodes", lambda *a, **k: None)
-    monkeypatch.setattr(slurm, "load_driver_argv", lambda run_dir: ["driver"])
-    assert slurm.node_main(tmp_path, role(), peers=["node2"]) == 0
+    monkeypatch.setattr(ray_cluster.subprocess, "Popen", FakeProc)
+    monkeypatch.setattr(ray_cluster.subprocess, "run", lambda command, **kw: type("R", (), {"returncode": 0})())
+    monkeypatch.setattr(ray_cluster, "_wait_for_nodes", lambda *a, **k: None)
+    monkeypatch.setattr(ray_cluster, "load_driver_argv", lambda run_dir: ["driver"])
+    assert ray_cluster.node_main(tmp_path, role(), peers=["node2"]) == 0
     assert "--node-ip-address=10.0.0.1" in FakeProc.started[0].command
 
 
 def test_ray_and_the_driver_get_a_sane_thread_count(monkeypatch, tmp_path):
     FakeProc.started = []
     envs = []
-    monkeypatch.setattr(slurm.subprocess, "Popen", lambda command, **kw: envs.append(kw.get("env")) or FakeProc(command))
-    monkeypatch.setattr(slurm.subprocess, "run", lambda command, **kw: envs.append(kw.get("env")) or
+    monkeypatch.setattr(ray_cluster.subprocess, "Popen", lambda command, **kw: envs.append(kw.get("env")) or FakeProc(command))
+    monkeypatch.setattr(ray_cluster.subprocess, "run", lambda command, **kw: envs.append(kw.get("env")) or
                         type("R", (), {"returncode": 0})())
-    monkeypatch.setattr(slurm, "head_address", lambda host, peers=(): "10.0.0.1")
-    monkeypatch.setattr(slurm, "_wait_for_nodes", lambda *a, **k: None)
-    monkeypatch.setattr(slurm, "load_driver_argv", lambda run_dir: ["driver"])
+    monkeypatch.setattr(ray_cluster, "head_address", lambda host, peers=(): "10.0.0.1")
+    monkeypatch.setattr(ray_cluster, "_wait_for_nodes", lambda *a, **k: None)
+    monkeypatch.setattr(ray_cluster, "load_driver_argv", lambda run_dir: ["driver"])
     monkeypatch.setenv("OMP_NUM_THREADS", "64")  # what a 64-CPU task exports
-    assert slurm.node_main(tmp_path, role(gpus=8, cpus=64)) == 0
+    assert ray_cluster.node_main(tmp_path, role(gpus=8, cpus=64)) == 0
     assert len(envs) == 2 and all(env["OMP_NUM_THREADS"] == "4" for env in envs)  # Ray head, driver
 
 
 def test_a_worker_leaves_when_the_head_is_gone(monkeypatch, tmp_path):
     """No done marker will ever come: the worker returns non-zero instead of holding its node until the limit."""
     FakeProc.started = []
-    monkeypatch.setattr(slurm.subprocess, "Popen", FakeProc)
-    monkeypatch.setattr(slurm, "head_address", lambda host, peers=(): "10.0.0.1")
+    monkeypatch.setattr(ray_cluster.subprocess, "Popen", FakeProc)
+    monkeypatch.setattr(ray_cluster, "head_address", lambda host, peers=(): "10.0.0.1")
     polls = []
 
     def sleep(seconds):
@@ -286,14 +294,14 @@ def test_a_worker_leaves_when_the_head_is_gone(monkeypatch, tmp_path):
         if len(polls) > 50:
             raise AssertionError("the worker is still waiting for a head that is gone")
 
-    monkeypatch.setattr(slurm.time, "sleep", sleep)
-    monkeypatch.setattr(slurm, "_head_answers", lambda ip, port: False)  # the head's GCS port refuses
-    assert slurm.node_main(tmp_path, role(rank=1)) != 0
+    monkeypatch.setattr(ray_cluster.time, "sleep", sleep)
+    monkeypatch.setattr(ray_cluster, "_head_answers", lambda ip, port: False)  # the head's GCS port refuses
+    assert ray_cluster.node_main(tmp_path, role(rank=1)) != 0
     assert FakeProc.started[-1].terminated
-    monkeypatch.setattr(slurm, "_head_answers", lambda ip, port: True)
+    monkeypatch.setattr(ray_cluster, "_head_answers", lambda ip, port: True)
     monkeypatch.setattr(FakeProc, "poll", lambda self: 1)  # its own `ray start` exited (the raylet lost the head)
     polls.clear()
-    assert slurm.node_main(tmp_path, role(rank=1)) != 0
+    assert ray_cluster.node_main(tmp_path, role(rank=1)) != 0
 
 
 # 5. abbreviated extra flags

@@ -243,7 +243,8 @@ def test_dry_run_cli_prints_exact_command(tmp_path):
     assert lines[0] == f"# backend=openrlhf: run directory {run}"
     assert "-m lze_bench.backends.openrlhf.entry" in lines[2]
     assert "  --rollout.batch_size 128 \\" in lines and "  --train.batch_size 1024 \\" in lines
-    assert lines[-3] == "  --logger.logging_steps 1" and "whole units of" in lines[-2]
+    last = lines.index("  --logger.logging_steps 1")  # the command, then the launch plan (test_openrlhf_plan.py)
+    assert lines[last + 1].startswith("# launch plan") and "whole units of" in lines[-2]
     assert lines[-1] == ("# the run stops at the first step whose cum_flops reaches trainer.flop_budget=3e+18 "
                          "(trainer.steps=400 is a cap); HF checkpoints at every multiple of 3e+17 FLOPs, "
                          "after the last step")
@@ -293,7 +294,7 @@ def test_dry_run_slurm_prints_job_script_field_by_field(tmp_path):
     srun = next(line for line in lines if line.startswith("srun "))
     assert srun == (f"srun --unbuffered --output {log_dir}/%j_%t_log.out --error {log_dir}/%j_%t_log.err "
                     f"--cpus-per-task=64 --kill-on-bad-exit=1 {sys.executable} -m lze_bench.backends.openrlhf.slurm "
-                    f"{run} 8")
+                    f"{run}")  # GPUs and Ray CPUs: the launch plan in the run's command.json
 
 
 def test_dry_run_needs_no_openrlhf_ray_or_torch(tmp_path):

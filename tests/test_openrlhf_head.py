@@ -199,3 +199,19 @@ def test_a_sweep_builds_one_head_before_its_runs_and_shares_it(tiny, tmp_path):
     run_steps(plan, steps)
     assert built(cfg)
     assert head_dir(cfg) == head_dir(compose("train", [*overrides, "selector=astral", *astral, "seed=1"]))
+
+
+def test_the_head_build_has_one_owner_and_the_sweep_only_schedules_it():
+    """head_build.py builds the head (labelling, encoder, training); sweep/heads.py schedules the step and hands
+    in the labelling engine, through head_build's public names only."""
+    import ast
+
+    import lze_bench.backends.openrlhf.head_build as head_build
+    import lze_bench.sweep.heads as heads
+
+    tree = ast.parse(Path(heads.__file__).read_text())
+    imported = [(node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                for alias in node.names if (node.module or "").startswith("lze_bench")]
+    assert not [name for _, name in imported if name.startswith("_")], imported
+    defined = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+    assert not defined & {"label", "_build"} and {"label", "build_head"} <= set(vars(head_build))

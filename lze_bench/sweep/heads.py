@@ -1,5 +1,6 @@
 """The sweep's head step: ASTRAL's learned head (`selector.predictor=trained` on backend=openrlhf) built
-once, before the runs that share it (lze_bench/backends/openrlhf/head_build.py).
+once, before the runs that share it. The build is lze_bench/backends/openrlhf/head_build.py's; this module
+only schedules it.
 
 `head_steps(plan)` groups the planned jobs by the head they need (`head_build.head_key`: jobs that differ
 only in seed or selector settings other than the encoder share one). `--dry-run` prints each step
@@ -9,19 +10,15 @@ yet built, in order, through the sweep's launcher, and waits for it before submi
 but one GPU (`slurm_parameters`, no array) and waits for its result. A failed build stops the sweep
 before any run is submitted (no run could start without its head). Jobs on another backend or predictor have no step.
 
-The build itself (`build_head`, `label`) is here rather than in the backend because it samples through
-lze_bench.evaluation's generation engines (vLLM at scale), a floor above the backends (tests/test_layout.py);
-what it does and what it books is described in head_build.py's docstring.
+The labellers sample through lze_bench.evaluation's generation engines (vLLM at scale), which stand on the
+backends' floor (tests/test_layout.py), so the build takes them as an argument and `build_head` here hands
+them in (`engine`).
 """
-
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 from lze_bench.errors import LzeBenchError
 
@@ -70,6 +67,21 @@ def describe_steps(steps: list[HeadStep]) -> list[str]:
     return lines
 
 
+def engine():
+    """The labelling engine of the head's build: lze_bench.evaluation.generation's generators."""
+    from lze_bench.backends.openrlhf.head_build import LabelEngine
+    from lze_bench.evaluation.generation import Sampling, load_generator
+
+    return LabelEngine(load_generator=load_generator, sampling=Sampling)
+
+
+def build_head(cfg) -> Path:
+    """The head directory for this config (head_build.build_head with the evaluation engines)."""
+    from lze_bench.backends.openrlhf.head_build import build_head as build
+
+    return build(cfg, engine())
+
+
 def build_step(overrides: list[str]) -> str:
     """The job body (also run in-process): build the head of these overrides; returns its directory."""
     from lze_bench.config import compose
@@ -116,89 +128,3 @@ def _slurm(plan, step: HeadStep) -> None:
         raise LzeBenchError(f"the head step's Slurm job {job.job_id} failed ({str(exc).splitlines()[-1]}); "
                             f"its log: {job.paths.stderr}") from exc
 
-
-# --- the build itself (here, not in the backend: it labels through lze_bench.evaluation's engines) -----------
-
-
-def label(cfg, model: str, rows: list[dict], grader, seed: int) -> tuple[np.ndarray, int]:
-    """(pass rate float32[Q], generation FLOPs) of `model` on the rows, sampled by the engine."""
-    from lze_bench.backends.openrlhf.data import prompt_input
-    from lze_bench.evaluation.generation import Sampling, load_generator
-
-    recipe, trainer = cfg.backend.predictor, cfg.trainer
-    generator = load_generator(str(model), backend=str(recipe.generation), device=str(cfg.device),
-                               dtype=str(recipe.dtype), batch_size=int(recipe.gen_batch_size),
-                               use_chat_template=bool(cfg.backend.apply_chat_template), seed=seed)
-    try:
-        results = generator.generate([prompt_input(r["problem"], str(cfg.backend.prompt)) for r in rows],
-                                     Sampling(n=int(recipe.samples), temperature=float(trainer.temperature),
-                                              top_p=float(trainer.top_p),
-                                              max_new_tokens=int(trainer.max_new_tokens), seed=seed))
-    finally:
-        generator.close()
-    texts, golds, prompt_tokens, response_tokens = [], [], [], []
-    for row, result in zip(rows, results):
-        if len(result.completions) != int(recipe.samples):
-            raise LzeBenchError(f"labeller {model}: {len(result.completions)} responses for a question, "
-                                f"expected backend.predictor.samples={recipe.samples}")
-        for completion in result.completions:
-            texts.append(completion.text)
-            golds.append(str(row["answer"]))
-            prompt_tokens.append(result.prompt_tokens)
-            response_tokens.append(completion.tokens)
-    correct = np.array([1.0 if g.correct else 0.0 for g in grader.grade(texts, golds)], dtype=np.float32)
-    rates = correct.reshape(len(rows), int(recipe.samples)).mean(axis=1)
-    from lze_bench.backends.openrlhf.head_build import flop_model
-
-    return rates, int(flop_model(str(model)).generation(prompt_tokens, response_tokens))
-
-
-def build_head(cfg) -> Path:
-    """The head directory for this config (`head.pt` + `info.json`), built first if missing (file-locked)."""
-    from lze_bench.backends.openrlhf.head_build import check_recipe, head_dir
-    from lze_bench.predictor.build import build_once
-
-    check_recipe(cfg)
-    return build_once(head_dir(cfg), lambda out: _build(cfg, out))
-
-
-def _build(cfg, out: Path) -> dict:
-    from lze_bench.backends.openrlhf.head_build import HEAD_FILE, _rows
-    from lze_bench.config import config_dict
-    from lze_bench.grading import Grader
-    from lze_bench.predictor.build import train_and_save
-    from lze_bench.predictor.encoder import Encoder
-
-    recipe = cfg.backend.predictor
-    rows = _rows(cfg)
-    times, flops, rates = {}, {"labeling": 0}, []
-    start = time.perf_counter()
-    grader = Grader(timeout_s=float(cfg.backend.grade_timeout_s), workers=int(cfg.backend.grade_workers))
-    try:
-        for index, model in enumerate(recipe.labelers):
-            rate, spent = label(cfg, str(model), rows, grader, seed=int(recipe.seed) + index)
-            rates.append(rate)
-            flops["labeling"] += spent
-            log.info("labeller %s: mean pass rate %.3f over %d questions", model, rate.mean(), len(rows))
-    finally:
-        grader.close()
-    times["labeling"] = time.perf_counter() - start
-    start = time.perf_counter()
-    name = str(cfg.selector.predictor_encoder)
-    device = "cuda" if str(cfg.device) in ("cuda", "auto") and _cuda() else "cpu"
-    encoder = Encoder.load(name, name, device)
-    embeddings, flops["encoder"] = encoder.embed([r["problem"] for r in rows])
-    del encoder.model  # frozen and done: free its memory before training the head
-    times["encoder"] = time.perf_counter() - start
-    built = train_and_save(embeddings, rates, recipe, out / HEAD_FILE, encoder=name,
-                           labelers=[str(m) for m in recipe.labelers], flops=flops, times=times)
-    return {
-        "encoder": {"name": name, "path": name, "width": int(embeddings.shape[1])}, **built,
-        "samples": int(recipe.samples), "generation": str(recipe.generation), "recipe": config_dict(recipe),
-    }
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()

@@ -227,13 +227,10 @@ class _Session:
         selector = build_selector(cfg.selector, num_prompts=len(rows), batch_size=trainer.batch_size, metadata=metadata)
         metadata.write(self.run_dir, list(type(selector).metadata_columns(selector.config)))
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=trainer.lr, weight_decay=trainer.weight_decay)
-        capacity = cfg.backend.rollout_store_groups
-        if capacity < 0:
-            # ASTRAL's buffer holds at most buffer_size - floor(sigma*B) older groups plus one step's
-            # fresh groups (<= B), so the newest buffer_size + B prompts cover every key it can ask for
-            buffer_size = int(getattr(selector.config, "buffer_size", 0) or 0)
-            capacity = buffer_size + trainer.batch_size if buffer_size else 0
-        store = RolloutStore(capacity)
+        from lze_bench.rollout_store import store_capacity
+
+        store = RolloutStore(store_capacity(cfg.backend.rollout_store_groups,
+                                            getattr(selector.config, "buffer_size", 0), trainer.batch_size))
         stream = DataOrder(len(rows), cfg.seed)
         features = Features(model, prompts, self.flop_model, tokenizer.pad_token_id, trainer.temperature,
                             self.run_dir, self._load_initial, cfg.backend.gen_chunk_size)

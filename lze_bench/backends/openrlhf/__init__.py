@@ -6,7 +6,8 @@ openrlhf.md §9. This file is light (no openrlhf, ray or torch
 import) so `lze-bench --help` and `train --dry-run` work without OpenRLHF.
 
 Modules, one concern each:
-  command.py     our config -> the exact OpenRLHF 0.11.2 flag list (+ invariants)
+  plan.py        the launch plan: cluster shape, ranks, engines, Ray CPUs, trim unit, store capacity (once)
+  command.py     our config + plan -> the exact OpenRLHF 0.11.2 flag list (+ invariants)
   launch.py      `train` / `dry_run`: prepare the run directory, run or print
   entry.py       the Ray driver: our env vars, our trainer class, OpenRLHF's CLI unchanged
   trainer.py     LzePPOTrainer: selector, ledger, checkpoints, resume (OpenRLHF subclass)
@@ -20,12 +21,13 @@ Modules, one concern each:
   actor_features.py  no-grad entropy / mean-hidden passes run on each policy rank
   features.py    the selector's FeatureFn (hive's entropies, astral's embeddings), booked as flops_select
   head.py        astral's learned head (predictor=checkpoint|trained): frozen-encoder embeddings on the policy ranks
-  head_build.py  predictor=trained: the sweep's head step (labels by the engine, frozen encoder, authors' recipe)
+  head_build.py  predictor=trained: the head's build (labels by the engine, frozen encoder, authors' recipe)
   accounting.py  ledger rows and FLOPs for the passes OpenRLHF runs
   reward_func.py OpenRLHF's reward hook -> lze_bench.grading in a process pool
   data.py        the prompts JSONL OpenRLHF reads (input + label {id, answer})
-  slurm.py       the Slurm/submitit job body: Ray head and workers, driver, teardown, requeue
-  placement.py   Ray CPUs OpenRLHF reserves; its placement-group waits, bounded
+  ray_cluster.py Ray on a Slurm allocation: head and workers, the driver, teardown
+  slurm.py       the Slurm job: submitit parameters, the job body, requeue
+  placement.py   OpenRLHF's placement-group waits, bounded
   checkpoints.py which OpenRLHF checkpoint a rerun resumes from (unloadable ones set aside)
   script.py      the Slurm job script text (`--dry-run` with launcher=slurm)
 """

@@ -18,6 +18,11 @@ Invariants checked here, each a one-line LzeBenchError naming the key:
   accumulation window, actor.py, is the batch), OpenRLHF's own trackers
   (`--logger.wandb.*`, `--logger.tensorboard_dir`: `logger=[...]` replaces
   them, lze_bench.tracking), and any flag we already set;
+* the launch plan (plan.py) is built once and every number below that is about
+  where the run goes (nodes, GPUs, engines, ranks) comes from it; a flag in
+  `extra_args` that would change it is refused naming its config key
+  (PLAN_KEYS), except ring attention and DeepSpeed tensor parallelism, which
+  have no key and are folded into the plan (plan.FOLDED);
 * astral's learned head (head.check_head): `predictor=trained` is refused, a
   `predictor=checkpoint` head file must exist, be an ASTRAL head and record
   `selector.predictor_encoder` as its encoder.
@@ -30,6 +35,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from lze_bench.backends.openrlhf.plan import LaunchPlan, command_path, launch_plan
 from lze_bench.errors import LzeBenchError
 
 ENTRY_MODULE = "lze_bench.backends.openrlhf.entry"
@@ -51,6 +57,22 @@ REFUSED = {
     "--logger.wandb.group": "use logger=[wandb] tracking.group=NAME",
     "--logger.wandb.run_name": "use logger=[wandb] tracking.name=NAME",
     "--logger.tensorboard_dir": "use logger=[tensorboard] (event files in <run_dir>/tensorboard/)",
+}
+
+# OpenRLHF flags that shape the launch plan (plan.py), refused in extra_args whether or not we set them, each with
+# the lze-bench key that sets it; ring attention and DeepSpeed TP have no key and are folded (plan.FOLDED)
+PLAN_KEYS = {
+    "--actor.num_nodes": "backend.num_nodes",
+    "--actor.num_gpus_per_node": "backend.gpus_per_node",
+    "--ref.num_nodes": "backend.num_nodes (the reference model shares the actor's GPUs; it exists when "
+                       "trainer.kl_coef > 0)",
+    "--ref.num_gpus_per_node": "backend.gpus_per_node (the reference model shares the actor's GPUs; it exists when "
+                               "trainer.kl_coef > 0)",
+    "--vllm.num_engines": "backend.vllm_tensor_parallel_size (engines = GPUs / TP)",
+    "--vllm.tensor_parallel_size": "backend.vllm_tensor_parallel_size",
+    "--train.colocate_all": "backend.colocate_all",
+    "--train.colocate_actor_ref": "backend.colocate_all (Ray's CPUs are planned for all-or-nothing colocation)",
+    "--train.micro_batch_size": "backend.train_micro_batch_size",
 }
 
 
@@ -80,17 +102,9 @@ class RunPaths:
     def final(self) -> Path:
         return self.work / "final"
 
-
-def cluster_shape(cfg) -> tuple[int, int]:
-    """(nodes, GPUs per node): backend.* when set, else the launcher's."""
-    nodes = cfg.backend.num_nodes or cfg.launcher.nodes
-    gpus = cfg.backend.gpus_per_node or cfg.launcher.gpus_per_node
-    if not gpus or gpus <= 0:
-        raise LzeBenchError(
-            "backend.gpus_per_node: backend=openrlhf needs GPUs; set backend.gpus_per_node=G "
-            "(or launcher.gpus_per_node=G with launcher=slurm)"
-        )
-    return int(nodes), int(gpus)
+    @property
+    def command(self) -> Path:  # the driver argv and the launch plan (plan.py)
+        return command_path(self.run_dir)
 
 
 def _num(value) -> str:
@@ -99,11 +113,13 @@ def _num(value) -> str:
     return format(value, "g") if isinstance(value, float) else str(value)
 
 
-def openrlhf_flags(cfg, paths: RunPaths) -> list[str]:
-    """The OpenRLHF 0.11.2 argv for this config (flags only, no program name)."""
-    check(cfg)
+def openrlhf_flags(cfg, paths: RunPaths, plan: LaunchPlan | None = None) -> list[str]:
+    """The OpenRLHF 0.11.2 argv for this config (flags only, no program name); `plan`: the run's launch plan
+    (built from cfg when not given)."""
+    plan = plan or launch_plan(cfg)
+    check(cfg, plan)
     b, t = cfg.backend, cfg.trainer
-    nodes, gpus = cluster_shape(cfg)
+    nodes, gpus = plan.nodes, plan.gpus_per_node
     flags: list[str] = []
 
     def add(flag: str, *values) -> None:
@@ -117,18 +133,18 @@ def openrlhf_flags(cfg, paths: RunPaths) -> list[str]:
     add("--actor.model_name_or_path", cfg.model.path)
     add("--actor.num_nodes", nodes)
     add("--actor.num_gpus_per_node", gpus)
-    if t.kl_coef > 0:  # the reference model exists only with a KL term
+    if plan.reference_model:  # the reference model exists only with a KL term
         add("--ref.num_nodes", nodes)
         add("--ref.num_gpus_per_node", gpus)
-    add("--vllm.num_engines", nodes * gpus // b.vllm_tensor_parallel_size)
-    add("--vllm.tensor_parallel_size", b.vllm_tensor_parallel_size)
+    add("--vllm.num_engines", plan.vllm_engines)
+    add("--vllm.tensor_parallel_size", plan.vllm_tensor_parallel_size)
     add("--vllm.gpu_memory_utilization", float(b.vllm_gpu_memory_utilization))
     switch("--vllm.enable_sleep", b.vllm_enable_sleep)
     switch("--vllm.enforce_eager", b.vllm_enforce_eager)
     switch("--vllm.enable_prefix_caching", b.vllm_enable_prefix_caching)
     if b.vllm_sync_backend != "nccl":  # OpenRLHF's default; left out so GPU commands read as before
         add("--vllm.sync_backend", b.vllm_sync_backend)
-    switch("--train.colocate_all", b.colocate_all)
+    switch("--train.colocate_all", plan.colocate_all)
     add("--ds.zero_stage", b.zero_stage)
     add("--ds.param_dtype", b.param_dtype)
     switch("--ds.enable_sleep", b.ds_enable_sleep)
@@ -142,7 +158,7 @@ def openrlhf_flags(cfg, paths: RunPaths) -> list[str]:
     add("--rollout.batch_size", t.batch_size)
     add("--train.batch_size", t.batch_size * t.n_samples)
     add("--rollout.micro_batch_size", b.rollout_micro_batch_size)
-    add("--train.micro_batch_size", b.train_micro_batch_size)
+    add("--train.micro_batch_size", plan.train_micro_batch_size)
     add("--train.max_epochs", t.ppo_epochs)
     add("--train.num_episodes", 1)  # data passes are ours (selection.DataOrder); trainer.steps ends the run
     add("--data.max_len", b.max_len)
@@ -161,7 +177,7 @@ def openrlhf_flags(cfg, paths: RunPaths) -> list[str]:
     if t.kl_coef > 0:
         flags.append("--algo.kl.use_loss")
         add("--algo.kl.estimator", b.kl_estimator)
-    if replays(cfg):  # astral: loss re-centred on the replayed groups' behaviour log-probs (update.py)
+    if plan.rollout_store_groups > 0:  # astral: loss re-centred on the replayed groups' behaviour log-probs (update.py)
         from lze_bench.backends.openrlhf.replay_loss import replay_is_flags
 
         flags.extend(replay_is_flags())
@@ -185,17 +201,11 @@ def openrlhf_flags(cfg, paths: RunPaths) -> list[str]:
     return flags
 
 
-def replays(cfg) -> bool:
-    """Whether the run keeps a replay store (context.store_capacity > 0): astral, or a store asked for."""
-    store = int(cfg.backend.rollout_store_groups)
-    return store > 0 or (store < 0 and bool(cfg.selector.get("buffer_size", 0)))
-
-
-def driver_argv(cfg, paths: RunPaths, python: str | None = None) -> list[str]:
+def driver_argv(cfg, paths: RunPaths, plan: LaunchPlan | None = None, python: str | None = None) -> list[str]:
     """The exact command the Ray driver runs: `backend.driver_wrapper` (if any), our entry module, then
     OpenRLHF's flags."""
     return [*(str(a) for a in cfg.backend.driver_wrapper), python or sys.executable, "-m", ENTRY_MODULE,
-            "--lze-config", str(paths.config), "--", *openrlhf_flags(cfg, paths)]
+            "--lze-config", str(paths.config), "--", *openrlhf_flags(cfg, paths, plan)]
 
 
 def format_command(argv: list[str]) -> str:
@@ -216,13 +226,16 @@ def format_command(argv: list[str]) -> str:
     return " \\\n".join(out)
 
 
-def check(cfg) -> None:
-    """Config invariants for this backend (one line each)."""
+def check(cfg, plan: LaunchPlan | None = None) -> None:
+    """Config invariants for this backend (one line each); `plan`: the run's launch plan (built when not given)."""
     b, t = cfg.backend, cfg.trainer
     if not cfg.model.path:
         raise LzeBenchError("model: backend=openrlhf trains a Hugging Face model; pass model=PATH_OR_HF_ID")
-    nodes, gpus = cluster_shape(cfg)
-    world = nodes * gpus
+    _check_plan_flags([str(a) for a in b.extra_args])  # before the plan reads them
+    plan = plan or launch_plan(cfg)
+    world, ranks = plan.world_size, plan.dp_ranks
+    # the update is dealt to data-parallel ranks: one per actor GPU unless ring attention or DeepSpeed TP share
+    dealt = f"{ranks} actor GPUs" if ranks == world else f"{ranks} data-parallel ranks (of {world} actor GPUs)"
     if t.n_samples < 2:
         raise LzeBenchError(f"trainer.n_samples: GRPO group advantages need >= 2 samples per prompt, got {t.n_samples}")
     if b.colocate_all and world % b.vllm_tensor_parallel_size:
@@ -249,20 +262,21 @@ def check(cfg) -> None:
             f"backend.max_len: {b.max_len} must exceed trainer.max_new_tokens={t.max_new_tokens} (prompt + response)"
         )
     samples = t.batch_size * t.n_samples
-    if samples % (b.train_micro_batch_size * world):
+    if samples % plan.trim_unit:
         raise LzeBenchError(
             f"trainer.batch_size: {t.batch_size} prompts x {t.n_samples} samples = {samples} must be divisible by "
-            f"backend.train_micro_batch_size x GPUs = {b.train_micro_batch_size} x {world} (DeepSpeed accumulation)"
+            f"backend.train_micro_batch_size x the {dealt} = {b.train_micro_batch_size} x {ranks} "
+            "(DeepSpeed accumulation)"
         )
     # OpenRLHF cuts the step's samples into micro-batches of rollout.micro_batch_size
     # (experience_maker.split_rollout_samples) and deals them to the DP ranks in
     # ceil-sized chunks (RayActorGroup.async_run_method_batch): an uneven count leaves
     # a rank short or empty, and DeepSpeed's collectives then hang.
     micro, rest = divmod(samples, b.rollout_micro_batch_size)
-    if rest or micro % world:
+    if rest or micro % ranks:
         raise LzeBenchError(
             f"backend.rollout_micro_batch_size: {samples} samples in micro-batches of {b.rollout_micro_batch_size} "
-            f"must split evenly over the {world} actor GPUs (whole micro-batches, the same count per GPU)"
+            f"must split evenly over the {dealt} (whole micro-batches, the same count per rank)"
         )
     _check_selector(cfg)
 
@@ -293,8 +307,21 @@ def _resolve(flag: str, known) -> list[str]:
     return [flag] if flag in known else sorted(k for k in known if k.startswith(flag))
 
 
+def _check_plan_flags(extra: list[str]) -> None:
+    """Refuse a flag that would change the launch plan, naming the key that sets it (by destination, as below)."""
+    for token in extra:
+        if not token.startswith("--"):
+            continue
+        flag = token.split("=", 1)[0]
+        planned = _resolve(flag, PLAN_KEYS)
+        if planned:
+            raise LzeBenchError(f"backend.extra_args: {_named(flag, planned)} changes the launch plan; "
+                                f"use {PLAN_KEYS[planned[0]]}")
+
+
 def _check_extra_args(extra: list[str], ours: set[str]) -> None:
     """Refuse by destination: `--train.async_e` is `--train.async_enable` to OpenRLHF's argparse."""
+    _check_plan_flags(extra)
     for token in extra:
         if not token.startswith("--"):
             continue

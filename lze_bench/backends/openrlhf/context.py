@@ -3,7 +3,11 @@
 The `PPOTrainer` Ray actor is the single controller: it holds the selector, the
 data order, the ledger writer and the checkpoint links. It learns the run from
 env `LZE_CONFIG` (the run directory's resolved config.yaml, set by entry.py for
-every Ray actor), because OpenRLHF's argparse rejects flags it does not know.
+every Ray actor), because OpenRLHF's argparse rejects flags it does not know,
+and the run's launch plan from `openrlhf/command.json` (plan.py): the data-parallel
+ranks the update is dealt to, the trim unit, the replay store's capacity and
+whether a reference pass runs (booked in the ledger) are the plan's, as recorded
+when the run was prepared.
 
 Step numbering (ours, to reconcile with the local backend): ledger and rollout
 rows carry the 0-based index `t` of the training step (= `RolloutBatch.step`
@@ -27,8 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from lze_bench.backends.openrlhf.accounting import ledger_row, rollout_rows
+from lze_bench.backends.openrlhf.plan import LaunchPlan, launch_plan, load_plan
 from lze_bench.backends.openrlhf.selection import StepDriver
-from lze_bench.backends.openrlhf.trim import trained_masks, trim_unit
+from lze_bench.backends.openrlhf.trim import trained_masks
 from lze_bench.data_order import DataOrder
 from lze_bench.errors import LzeBenchError, damaged_file
 from lze_bench.ledger import Ledger, RolloutLog, run_file_fix
@@ -72,28 +77,19 @@ REPLAY_STORE_DIR = "replay_store"
 PENDING_DIR = "pending"  # groups a selector held for the next step (SPEED), per checkpoint
 
 
-def store_capacity(cfg, selector) -> int:
-    """Groups the replay store keeps: `backend.rollout_store_groups`, or (-1) what astral can ask for."""
-    capacity = int(cfg.backend.rollout_store_groups)
-    if capacity >= 0:
-        return capacity
-    # ASTRAL's buffer holds at most buffer_size - floor(sigma*B) older groups plus one step's
-    # fresh groups (<= B), so the newest buffer_size + B prompts cover every key it can ask for
-    buffer_size = int(getattr(selector.config, "buffer_size", 0) or 0)
-    return buffer_size + int(cfg.trainer.batch_size) if buffer_size else 0
-
-
 class RunContext:
-    def __init__(self, cfg, *, num_prompts: int, flops, dp_ranks: int = 1, features=None):
+    def __init__(self, cfg, *, num_prompts: int, flops, plan: LaunchPlan | None = None, features=None):
+        """`plan`: the run's launch plan (from_env reads the recorded one; built from cfg when not given)."""
         self.cfg = cfg
+        self.plan = plan or launch_plan(cfg)
         self.run_dir = Path(cfg.run_dir)
         self.total_steps = int(cfg.trainer.steps)
         self.group_size = int(cfg.trainer.n_samples)
-        self.unit = trim_unit(int(cfg.backend.train_micro_batch_size), int(dp_ranks))
-        self.dp_ranks = int(dp_ranks)
+        self.unit = self.plan.trim_unit
+        self.dp_ranks = self.plan.dp_ranks
         self.selector = build_run_selector(cfg, num_prompts)
         self.features = features
-        self.store = RolloutStore(store_capacity(cfg, self.selector))
+        self.store = RolloutStore(self.plan.rollout_store_groups)
         self.driver = StepDriver(
             self.selector,
             DataOrder(num_prompts, int(cfg.seed)),
@@ -112,18 +108,20 @@ class RunContext:
         self.saved = True  # the state after the last ledger row is a checkpoint (or the start, or a resume point)
 
     @classmethod
-    def from_env(cls, num_prompts: int, *, dp_ranks: int = 1, features_factory=None) -> "RunContext":
-        """Inside the trainer actor: config from LZE_CONFIG, FLOP model from the policy's HF config.
+    def from_env(cls, num_prompts: int, *, features_factory=None) -> "RunContext":
+        """Inside the trainer actor: config from LZE_CONFIG, the launch plan the run recorded, FLOP model from
+        the policy's HF config.
 
-        `features_factory(cfg, flops)` builds the selector's FeatureFn (features.ActorFeatures)."""
+        `features_factory(cfg, flops, plan)` builds the selector's FeatureFn (features.ActorFeatures)."""
         from transformers import AutoConfig
 
         from lze_bench.flops import FlopModel
 
         cfg = load_run_config(os.environ.get(ENV_CONFIG, ""))
+        plan = load_plan(cfg.run_dir)
         flops = FlopModel.from_hf_config(AutoConfig.from_pretrained(cfg.model.path))
-        features = features_factory(cfg, flops) if features_factory is not None else None
-        return cls(cfg, num_prompts=num_prompts, flops=flops, dp_ranks=dp_ranks, features=features)
+        features = features_factory(cfg, flops, plan) if features_factory is not None else None
+        return cls(cfg, num_prompts=num_prompts, flops=flops, plan=plan, features=features)
 
     @property
     def stop_reason(self) -> str | None:
@@ -208,7 +206,7 @@ class RunContext:
             status,
             self.flops,
             ppo_epochs=int(self.cfg.trainer.ppo_epochs),
-            reference_pass=float(self.cfg.trainer.kl_coef) > 0,
+            reference_pass=self.plan.reference_model,
         )
         self.rollouts.append(record.step, rollout_rows(record))
         row = self.ledger.append(row)

@@ -5,7 +5,7 @@
 is exactly what `lze-bench train backend=openrlhf --dry-run` prints. It
 1. checks the OpenRLHF version (pinned, one clear line otherwise);
 2. calls `ray.init` itself (address from `backend.ray_address` or env
-   LZE_RAY_ADDRESS, set by slurm.py on the head node) with OpenRLHF's three
+   LZE_RAY_ADDRESS, set by ray_cluster.py on the head node) with OpenRLHF's three
    default env vars plus LZE_RUN_DIR, LZE_CONFIG and the grading settings, so
    every actor (trainer, vLLM, DeepSpeed) sees them; OpenRLHF's `train()` then
    skips its own `ray.init`;
@@ -18,7 +18,8 @@ is exactly what `lze-bench train backend=openrlhf --dry-run` prints. It
 5. when it returns, checks the ledger is complete, compacts the rollout log,
    writes DONE, then deletes the DeepSpeed states a finished run no longer
    needs (unless `backend.keep_ds_states`; checkpoints.remove_ds_states).
-Before OpenRLHF starts, an interrupted first checkpoint is set aside
+Before OpenRLHF starts, the run's launch plan is read (plan.py: a run prepared
+without one fails here, not in the trainer actor), an interrupted first checkpoint is set aside
 (checkpoints.py), and OpenRLHF's placement groups are awaited for at most
 `backend.placement_timeout_s` (placement.py). The driver's PYTHONPATH, when
 set, is passed to every actor so they import the same lze_bench.
@@ -84,9 +85,11 @@ def run(config_path: str, flags: list[str]) -> None:
     from lze_bench.backends.openrlhf.command import RunPaths
     from lze_bench.backends.openrlhf.context import finish_run, load_run_config
     from lze_bench.backends.openrlhf.placement import bounded_placement
+    from lze_bench.backends.openrlhf.plan import load_plan
 
     require_gpu_stack()
     cfg = load_run_config(config_path)
+    load_plan(cfg.run_dir)  # the trainer actor deals its update by it (context.py); missing: one line, before Ray
     env = actor_env(cfg, config_path)
     os.environ.update(env)  # the driver process reads them too
     import ray

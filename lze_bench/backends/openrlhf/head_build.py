@@ -6,8 +6,9 @@ sweep then loads it through the same path as `predictor=checkpoint` (head.py: th
 the run's prompts on the policy ranks, `serve_head` projects them and writes `offline_flops.json`, here
 with the build's labelling, encoder and training FLOPs filled in, as on the local backend).
 
-The build (`lze_bench.sweep.heads.build_head`: it labels through lze_bench.evaluation's engines, a floor
-above the backends), each step's cost counted as offline compute:
+The build (`build_head`, this module; the labelling engine, lze_bench.evaluation's generators, is handed
+in by the caller because evaluation stands beside the backends: `lze_bench.sweep.heads` schedules the
+build and passes it), each step's cost counted as offline compute:
 1. questions: the run's train pool (the rows `launch.prepare` writes; the same task, data root and
    order), so the reference set the head is trained on is the set the runs select from;
 2. labels: every model of `backend.predictor.labelers` (public HF checkpoints standing in for the
@@ -41,16 +42,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional
+
+import numpy as np
 
 from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
 from lze_bench.predictor import AuthorsTraining
 from lze_bench.predictor.build import INFO_FILE
 
+log = logging.getLogger(__name__)
 
 HEAD_FILE = "head.pt"  # INFO_FILE (lze_bench.predictor.build) is written last
 BUILD_FORMAT = 1  # bump when the build changes, so old heads are not reused
@@ -272,3 +278,95 @@ def describe(cfg, jobs: list[str]) -> list[str]:
                  f"tokens, encoder inputs at the prompt budget): {', '.join(parts)}, total {total}{missing}; "
                  "charged to every astral run in its offline_flops.json, never in a ledger")
     return lines
+
+
+# --- the build ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LabelEngine:
+    """The inference engine the labellers sample with: `load_generator` and `Sampling` of
+    lze_bench.evaluation.generation. Handed in by the caller (the sweep's head step, `lze-bench head`:
+    sweep.heads.engine) because evaluation stands on the backends' floor and this module cannot import it."""
+
+    load_generator: Callable
+    sampling: Callable
+
+
+def build_head(cfg, engine: LabelEngine) -> Path:
+    """The head directory for this config (`head.pt` + `info.json`), built first if missing (file-locked)."""
+    from lze_bench.predictor.build import build_once
+
+    check_recipe(cfg)
+    return build_once(head_dir(cfg), lambda out: _build(cfg, out, engine))
+
+
+def label(cfg, model: str, rows: list[dict], grader, seed: int, engine: LabelEngine) -> tuple[np.ndarray, int]:
+    """(pass rate float32[Q], generation FLOPs) of `model` on the rows, sampled by the engine."""
+    from lze_bench.backends.openrlhf.data import prompt_input
+
+    recipe, trainer = cfg.backend.predictor, cfg.trainer
+    generator = engine.load_generator(str(model), backend=str(recipe.generation), device=str(cfg.device),
+                                      dtype=str(recipe.dtype), batch_size=int(recipe.gen_batch_size),
+                                      use_chat_template=bool(cfg.backend.apply_chat_template), seed=seed)
+    try:
+        results = generator.generate([prompt_input(r["problem"], str(cfg.backend.prompt)) for r in rows],
+                                     engine.sampling(n=int(recipe.samples), temperature=float(trainer.temperature),
+                                                     top_p=float(trainer.top_p),
+                                                     max_new_tokens=int(trainer.max_new_tokens), seed=seed))
+    finally:
+        generator.close()
+    texts, golds, prompt_tokens, response_tokens = [], [], [], []
+    for row, result in zip(rows, results):
+        if len(result.completions) != int(recipe.samples):
+            raise LzeBenchError(f"labeller {model}: {len(result.completions)} responses for a question, "
+                                f"expected backend.predictor.samples={recipe.samples}")
+        for completion in result.completions:
+            texts.append(completion.text)
+            golds.append(str(row["answer"]))
+            prompt_tokens.append(result.prompt_tokens)
+            response_tokens.append(completion.tokens)
+    correct = np.array([1.0 if g.correct else 0.0 for g in grader.grade(texts, golds)], dtype=np.float32)
+    rates = correct.reshape(len(rows), int(recipe.samples)).mean(axis=1)
+    return rates, int(flop_model(str(model)).generation(prompt_tokens, response_tokens))
+
+
+def _build(cfg, out: Path, engine: LabelEngine) -> dict:
+    from lze_bench.config import config_dict
+    from lze_bench.grading import Grader
+    from lze_bench.predictor.build import train_and_save
+    from lze_bench.predictor.encoder import Encoder
+
+    recipe = cfg.backend.predictor
+    rows = _rows(cfg)
+    times, flops, rates = {}, {"labeling": 0}, []
+    start = time.perf_counter()
+    grader = Grader(timeout_s=float(cfg.backend.grade_timeout_s), workers=int(cfg.backend.grade_workers))
+    try:
+        for index, model in enumerate(recipe.labelers):
+            rate, spent = label(cfg, str(model), rows, grader, seed=int(recipe.seed) + index, engine=engine)
+            rates.append(rate)
+            flops["labeling"] += spent
+            log.info("labeller %s: mean pass rate %.3f over %d questions", model, rate.mean(), len(rows))
+    finally:
+        grader.close()
+    times["labeling"] = time.perf_counter() - start
+    start = time.perf_counter()
+    name = str(cfg.selector.predictor_encoder)
+    device = "cuda" if str(cfg.device) in ("cuda", "auto") and _cuda() else "cpu"
+    encoder = Encoder.load(name, name, device)
+    embeddings, flops["encoder"] = encoder.embed([r["problem"] for r in rows])
+    del encoder.model  # frozen and done: free its memory before training the head
+    times["encoder"] = time.perf_counter() - start
+    built = train_and_save(embeddings, rates, recipe, out / HEAD_FILE, encoder=name,
+                           labelers=[str(m) for m in recipe.labelers], flops=flops, times=times)
+    return {
+        "encoder": {"name": name, "path": name, "width": int(embeddings.shape[1])}, **built,
+        "samples": int(recipe.samples), "generation": str(recipe.generation), "recipe": config_dict(recipe),
+    }
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

@@ -12,8 +12,10 @@ Outside a job step, the trackers of `logger=[...]` are checked first (package
 installed, a W&B key in the environment unless offline; tracking.preflight).
 Preparing writes config.yaml (resolved config + lze-bench version and commit),
 the prompts JSONL (and, for astral's learned head, the raw questions its
-encoder embeds: head.py) and `openrlhf/command.json` (the argv the job runs); an
-existing unfinished run directory is resumed, a finished one is refused.
+encoder embeds: head.py) and `openrlhf/command.json`: the argv the job runs and the
+launch plan (plan.py) the Slurm job and the trainer read; an existing unfinished
+run directory is resumed, a finished one is refused. The plan is built once per
+command here and handed to everything that needs it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from lze_bench.backends.openrlhf.command import RunPaths, driver_argv, format_command
+from lze_bench.backends.openrlhf.plan import LaunchPlan, launch_plan
 from lze_bench.errors import LzeBenchError
 
 
@@ -42,24 +45,19 @@ def resolve_paths(cfg) -> RunPaths:
     return RunPaths(run_dir)
 
 
-def update_unit(cfg) -> int:
-    """Responses per trim unit: whole micro-batches on every data-parallel rank (trim.py)."""
-    from lze_bench.backends.openrlhf.command import cluster_shape
-    from lze_bench.backends.openrlhf.trim import trim_unit
-
-    nodes, gpus = cluster_shape(cfg)
-    return trim_unit(int(cfg.backend.train_micro_batch_size), nodes * gpus)
-
-
 def dry_run(cfg, out=None) -> None:
     out = out or sys.stdout
     paths = resolve_paths(cfg)
-    argv = driver_argv(cfg, paths)
+    plan = launch_plan(cfg)
+    argv = driver_argv(cfg, paths, plan)
     out.write(f"# backend=openrlhf: run directory {paths.run_dir}\n")
     out.write("# driver command (Ray driver; OpenRLHF 0.11.2 flags after --):\n")
     out.write(format_command(argv) + "\n")
-    out.write(f"# each step's update trains whole units of {update_unit(cfg)} responses "
-              "(backend.train_micro_batch_size x GPUs; a seeded random subset, see trim.py)\n")
+    out.write(f"# {PLAN_HEADER}\n")
+    for line in plan.describe():
+        out.write(f"#   {line}\n")
+    out.write(f"# each step's update trains whole units of {plan.trim_unit} responses "
+              "(backend.train_micro_batch_size x data-parallel ranks; a seeded random subset, see trim.py)\n")
     from lze_bench.budget import compute_plan
 
     out.write(f"# {compute_plan(cfg.trainer)}\n")
@@ -80,10 +78,13 @@ def dry_run(cfg, out=None) -> None:
         from lze_bench.backends.openrlhf.script import job_script
 
         out.write("\n# Slurm job script (launcher=slurm):\n")
-        out.write(job_script(cfg, paths.run_dir, argv, python=argv[0]))
+        out.write(job_script(cfg, plan, paths.run_dir, argv, python=argv[0]))
 
 
-def prepare(cfg) -> tuple[RunPaths, list[str]]:
+PLAN_HEADER = "launch plan (openrlhf/command.json \"plan\"; read by the Slurm job and the trainer):"
+
+
+def prepare(cfg, plan: LaunchPlan | None = None) -> tuple[RunPaths, list[str]]:
     """Write config.yaml, prompts and command.json (idempotent for an unfinished run)."""
     from omegaconf import OmegaConf
 
@@ -104,7 +105,8 @@ def prepare(cfg) -> tuple[RunPaths, list[str]]:
 
     if not preemption.requested():  # a marker left by an earlier, preempted job must not stop this run
         (paths.run_dir / preemption.MARKER).unlink(missing_ok=True)
-    argv = driver_argv(cfg, paths)
+    plan = plan or launch_plan(cfg)
+    argv = driver_argv(cfg, paths, plan)
     resolved = config_dict(cfg)
     if paths.config.exists():
         previous = _read_config(paths.config)
@@ -128,7 +130,7 @@ def prepare(cfg) -> tuple[RunPaths, list[str]]:
     if uses_head(cfg) and not (paths.work / QUESTIONS_FILE).exists():
         write_questions(rows, paths.work / QUESTIONS_FILE)  # what astral's frozen encoder embeds (head.py)
     write_metadata(cfg, rows, paths.run_dir)
-    atomic_write_json(paths.work / "command.json", {"argv": argv})
+    atomic_write_json(paths.command, {"argv": argv, "plan": plan.to_dict()})
     return paths, argv
 
 
@@ -168,59 +170,58 @@ def train(cfg) -> Path:
     from lze_bench.runlock import hold_run_dir
 
     check(cfg)  # a config mistake is reported before a missing package or a job
+    plan = launch_plan(cfg)
     from lze_bench.backends.openrlhf.head_build import require_built, uses_trained_head
 
     if uses_trained_head(cfg):
         require_built(cfg)  # the sweep's head step (or `lze-bench head`) builds it; a run never does
     if "SLURM_PROCID" in os.environ:
-        return _run_node(cfg)
+        return _run_node(cfg, plan)
     from lze_bench.tracking import preflight
 
     preflight(cfg.logger)  # the trainer actor opens the trackers; fail here, before a cluster starts
     with hold_run_dir(resolve_paths(cfg).run_dir, "train"):  # one process per run directory (runlock.py)
         if cfg.launcher.name == "slurm":
-            return _submit(cfg)
+            return _submit(cfg, plan)
         from lze_bench.backends.openrlhf import require_gpu_stack
 
         require_gpu_stack()
-        paths, argv = prepare(cfg)
+        paths, argv = prepare(cfg, plan)
         code = subprocess.run(argv, check=False).returncode
     if code != 0:
         raise LzeBenchError(f"the OpenRLHF driver exited with code {code}; rerun the same command to resume")
     return paths.run_dir
 
 
-def _run_node(cfg) -> Path:
-    from lze_bench.backends.openrlhf.command import cluster_shape
-    from lze_bench.backends.openrlhf.placement import ray_cpus
-    from lze_bench.backends.openrlhf.slurm import NodeRole, job_hosts, node_main
+def _run_node(cfg, plan: LaunchPlan) -> Path:
+    """A node of a job step that runs `lze-bench train` on every node (a sweep job): rank 0 prepares the run
+    directory (and records the plan) while the others start Ray's workers, so each node holds the plan built
+    from the same config rather than waiting for rank 0's file."""
+    from lze_bench.backends.openrlhf.ray_cluster import NodeRole, job_hosts, node_main
     from lze_bench.runlock import hold_run_dir
 
-    _, gpus = cluster_shape(cfg)
-    role = NodeRole.from_env(gpus, ray_cpus(cfg))
+    role = NodeRole.from_env(plan.gpus_per_node, plan.ray_cpus)
     with hold_run_dir(resolve_paths(cfg).run_dir, "train") if role.rank == 0 else nullcontext():  # rank 0 writes
-        paths = prepare(cfg)[0] if role.rank == 0 else resolve_paths(cfg)
+        paths = prepare(cfg, plan)[0] if role.rank == 0 else resolve_paths(cfg)
         code = node_main(paths.run_dir, role, peers=job_hosts()[1:])
     if code != 0:
         raise LzeBenchError(f"the OpenRLHF driver exited with code {code} on {role.head_host}")
     return paths.run_dir
 
 
-def _submit(cfg) -> Path:
+def _submit(cfg, plan: LaunchPlan) -> Path:
     import submitit
 
-    from lze_bench.backends.openrlhf.command import cluster_shape
-    from lze_bench.backends.openrlhf.placement import ray_cpus
     from lze_bench.backends.openrlhf.slurm import OpenRLHFJob, executor_parameters
 
-    paths, _ = prepare(cfg)
+    paths, _ = prepare(cfg, plan)
     folder = paths.work / "slurm"
     try:
         executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=int(cfg.launcher.max_requeue))
     except RuntimeError as exc:  # submitit checks for srun
         raise LzeBenchError(f"launcher=slurm: {exc} (no srun on PATH); run here with launcher=local") from exc
-    executor.update_parameters(**executor_parameters(cfg))
-    job = executor.submit(OpenRLHFJob(), str(paths.run_dir), cluster_shape(cfg)[1], ray_cpus(cfg))
+    executor.update_parameters(**executor_parameters(cfg, plan))
+    job = executor.submit(OpenRLHFJob(), str(paths.run_dir))  # the job reads the plan from command.json
     print(f"submitted Slurm job {job.job_id} for {paths.run_dir}", file=sys.stderr)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "job_id").write_text(f"{job.job_id}\n")

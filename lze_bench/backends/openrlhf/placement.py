@@ -9,11 +9,8 @@ wraps `placement_group` in those modules so the group is awaited for at most
 the cluster has and the key to change. A ready group passes through unchanged,
 so OpenRLHF's own `ray.get(pg.ready())` returns at once.
 
-Ray CPUs: `ray_cpus(cfg)` is what OpenRLHF will reserve on one node (openrlhf.md
-§2 "build cluster"): one `{"GPU": 1, "CPU": 1}` bundle per actor GPU when
-colocated (else per vLLM GPU, plus one CPU per actor and per reference GPU),
-plus one CPU for the `PPOTrainer` actor (Ray's default for an actor). Ray's CPU
-count is a scheduling label, so slurm.py starts Ray with at least this many.
+Ray's CPU count, which these groups must fit in, is the launch plan's `ray_cpus`
+(plan.py); ray_cluster.py starts Ray with at least that many.
 """
 
 from __future__ import annotations
@@ -24,17 +21,6 @@ import importlib
 from lze_bench.errors import LzeBenchError
 
 PATCHED_MODULES = ("ray.util.placement_group", "openrlhf.trainer.ray.launcher", "openrlhf.trainer.ray.vllm_engine")
-
-
-def ray_cpus(cfg) -> int:
-    """Ray CPUs one node needs for what OpenRLHF reserves there (+1 for the trainer actor)."""
-    from lze_bench.backends.openrlhf.command import cluster_shape
-
-    _, gpus = cluster_shape(cfg)
-    if cfg.backend.colocate_all:
-        return gpus + 1
-    ref = gpus if float(cfg.trainer.kl_coef) > 0 else 0
-    return gpus + gpus + ref + 1  # vLLM bundles + actor + reference (one CPU each) + trainer
 
 
 def bounded(create, timeout_s: float):

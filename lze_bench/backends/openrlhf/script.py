@@ -5,9 +5,10 @@ submission uses (slurm.executor_parameters), so the #SBATCH lines and the
 `srun` line (with its `--cpus-per-task` and `--kill-on-bad-exit`) are exactly
 submitit's. The one difference from the submitted job is the command: submitit
 runs its pickled `OpenRLHFJob`, this script runs the same per-node body as a
-module (`python -m lze_bench.backends.openrlhf.slurm RUN_DIR GPUS`), so the
-printed script can also be given to `sbatch` as it is. The commands each node
-runs are listed in comments, rendered by the very functions slurm.py
+module (`python -m lze_bench.backends.openrlhf.slurm RUN_DIR`, which reads the
+GPUs and Ray CPUs from the launch plan in the run's `openrlhf/command.json`), so the
+printed script can also be given to `sbatch` as it is once the run is prepared. The commands each node
+runs are listed in comments, rendered by the very functions ray_cluster.py
 executes, with the head address and the job-id-derived port left as
 placeholders (they exist only at run time).
 """
@@ -18,21 +19,21 @@ import shlex
 from pathlib import Path
 
 from lze_bench.backends.openrlhf.command import format_command
-from lze_bench.backends.openrlhf.slurm import RAY_BASE_PORT, NodeRole, head_command, threads_per_process, worker_command
+from lze_bench.backends.openrlhf.ray_cluster import (RAY_BASE_PORT, NodeRole, head_command, threads_per_process,
+                                                     worker_command)
 
 
-def job_script(cfg, run_dir: Path, driver_argv: list[str], python: str = "python") -> str:
-    """The full sbatch script text."""
+def job_script(cfg, plan, run_dir: Path, driver_argv: list[str], python: str = "python") -> str:
+    """The full sbatch script text for this run and its launch plan (plan.py)."""
     from submitit.slurm.slurm import _make_sbatch_string
 
-    from lze_bench.backends.openrlhf.placement import ray_cpus
     from lze_bench.backends.openrlhf.slurm import executor_parameters
 
     log_dir = run_dir / "openrlhf" / "slurm"
-    params = executor_parameters(cfg)
-    nodes, gpus = params["nodes"], params["gpus_per_node"]
+    params = executor_parameters(cfg, plan)
+    nodes, gpus = plan.nodes, plan.gpus_per_node
     role = NodeRole(rank=0, num_nodes=nodes, head_host="<head>", job_id="$SLURM_JOB_ID", attempt=0, gpus=gpus,
-                    cpus=max(int(params["cpus_per_task"]), ray_cpus(cfg)))
+                    cpus=max(int(params["cpus_per_task"]), plan.ray_cpus))
     placeholders = {str(role.port + k): f"<port+{k}>" for k in range(1, 4)}
     placeholders[str(role.port)] = "<port>"
 
@@ -59,7 +60,7 @@ def job_script(cfg, run_dir: Path, driver_argv: list[str], python: str = "python
         "# Driver (from openrlhf/command.json):",
         *("#   " + line for line in format_command(driver_argv).splitlines()),
     ]
-    command = f"{shlex.quote(python)} -m lze_bench.backends.openrlhf.slurm {shlex.quote(str(run_dir))} {gpus}"
+    command = f"{shlex.quote(python)} -m lze_bench.backends.openrlhf.slurm {shlex.quote(str(run_dir))}"
     script = _make_sbatch_string(command=command, folder=log_dir, **params)
     head, _, tail = script.partition("\n# command\n")
     return head + "\n" + "\n".join(notes) + "\n\n# command\n" + tail

@@ -42,6 +42,7 @@ from openrlhf.trainer.ppo_trainer import PPOTrainer
 from lze_bench.backends.openrlhf.checkpoints import fresh_states
 from lze_bench.backends.openrlhf.context import CLIENT_STATE_KEY, RunContext
 from lze_bench.backends.openrlhf.generator import LzeSamplesGenerator
+from lze_bench.errors import LzeBenchError
 
 log = logging.getLogger(__name__)
 
@@ -49,16 +50,28 @@ BasePPOTrainer = PPOTrainer.__ray_actor_class__
 
 
 def dp_ranks(args) -> int:
-    """Data-parallel ranks of the policy actor group (ring attention and TP ranks share a shard)."""
+    """Data-parallel ranks of the policy actor group as OpenRLHF parsed its flags (ring attention and TP ranks
+    share a shard)."""
     world = int(args.actor.num_nodes) * int(args.actor.num_gpus_per_node)
     return max(1, world // int(args.ds.ring_attn_size) // int(args.ds.tensor_parallel_size))
+
+
+def check_plan(plan, args) -> None:
+    """The recorded launch plan (plan.py) is what OpenRLHF runs: its ranks are the ones the trim deals to."""
+    ran = (dp_ranks(args), int(args.ds.ring_attn_size), int(args.ds.tensor_parallel_size))
+    planned = (plan.dp_ranks, plan.ring_attn_size, plan.ds_tensor_parallel_size)
+    if ran != planned:
+        raise LzeBenchError(f"OpenRLHF runs (dp ranks, ring attention, DeepSpeed TP) = {ran}, but the run's launch "
+                            f"plan (openrlhf/command.json) says {planned}; prepare the run again with "
+                            "`lze-bench train backend=openrlhf`")
 
 
 class LzePPOTrainer(BasePPOTrainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.lze = RunContext.from_env(num_prompts=len(self.prompts_dataloader.dataset),
-                                       dp_ranks=dp_ranks(self.args), features_factory=self._features)
+                                       features_factory=self._features)
+        check_plan(self.lze.plan, self.args)
         maker = self.experience_maker
         make_batch = maker.make_experience_batch
         maker.make_experience_batch = lambda samples: self._shape(make_batch(samples))
@@ -76,7 +89,7 @@ class LzePPOTrainer(BasePPOTrainer):
             on_untrained=self._untrained_step,
         )
 
-    def _features(self, cfg, flops):
+    def _features(self, cfg, flops, plan):
         """The selector's feature passes on the policy actors, or None when it asks for none."""
         from lze_bench.registry import SELECTORS
 
@@ -91,12 +104,12 @@ class LzePPOTrainer(BasePPOTrainer):
             return [tokenizer(dataset.prompts[int(i)], add_special_tokens=False)["input_ids"] for i in ids]
 
         features = ActorFeatures(self._call_actors, prompt_tokens, flops, float(cfg.trainer.temperature),
-                                 Path(cfg.run_dir), len(dataset), dp_ranks(self.args),
+                                 Path(cfg.run_dir), len(dataset), plan.dp_ranks,
                                  micro_batch_size=int(self.args.rollout.micro_batch_size))
         from lze_bench.backends.openrlhf.head import head_features, uses_head
 
         if uses_head(cfg):  # astral's learned head: served at the start of fit (init_checkpoint_states)
-            return head_features(cfg, features, self._call_actors, dp_ranks(self.args), len(dataset))
+            return head_features(cfg, features, self._call_actors, plan.dp_ranks, len(dataset))
         return features
 
     def _call_actors(self, method_name: str, **lists):
@@ -104,7 +117,8 @@ class LzePPOTrainer(BasePPOTrainer):
         results, in order (dispatch.call_ranks: no state reload, fails at the first failing rank)."""
         from lze_bench.backends.openrlhf.dispatch import call_ranks
 
-        duplicate = int(self.args.ds.ring_attn_size) * int(self.args.ds.tensor_parallel_size)
+        plan = self.lze.plan
+        duplicate = plan.ring_attn_size * plan.ds_tensor_parallel_size  # actors per data shard
         return call_ranks(self.actor_model_group, method_name, duplicate, **lists)
 
     def _split(self, rollout_samples):
