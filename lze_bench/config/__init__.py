@@ -19,10 +19,10 @@ naming the key and the valid choices.
 from __future__ import annotations
 
 import importlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from lze_bench import env
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import BACKENDS, SELECTORS, TASKS, Registry, unknown_choice
 
@@ -31,7 +31,6 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 # copy of them in `lze_bench/recipes/` (setup.py), so an installed lze-bench finds them anywhere.
 CHECKOUT_DIR = PACKAGE_DIR.parent.parent
 SHIPPED_RECIPES = PACKAGE_DIR.parent / "recipes"
-RECIPES_ENV = "LZE_BENCH_RECIPES"  # extra recipe roots (os.pathsep-separated), each with sweeps/ evals/
 
 CONFIGS = Registry("command config")  # primary config name -> dataclass
 # keys that no longer exist -> what to write instead (one line, not "unknown key")
@@ -58,8 +57,7 @@ class YamlGroup:
             folders.append(SHIPPED_RECIPES / self.recipe_folder)
             if (CHECKOUT_DIR / "pyproject.toml").is_file():
                 folders.append(CHECKOUT_DIR / self.recipe_folder)
-            roots = [root for root in os.environ.get(RECIPES_ENV, "").split(os.pathsep) if root]
-            folders += [Path(root) / self.recipe_folder for root in roots]
+            folders += [Path(root) / self.recipe_folder for root in env.recipe_roots()]
             folders.append(Path(self.recipe_folder))
         return folders
 
@@ -428,4 +426,4 @@ def config_dict(cfg) -> dict:
 
 def env_data_root(cfg_root: str | None) -> str | None:
     """`data.root`, else env LZE_BENCH_DATA, else None (the Hugging Face hub)."""
-    return cfg_root or os.environ.get("LZE_BENCH_DATA") or None
+    return cfg_root or env.data_root() or None

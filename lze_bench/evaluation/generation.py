@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lze_bench import env
 from lze_bench.errors import LzeBenchError, missing_dependency
 
 logger = logging.getLogger(__name__)
@@ -283,30 +284,23 @@ class VLLMGenerator(_Base):
         super().__init__(self.llm.get_tokenizer(), context, use_chat_template)
 
     def _start(self, path: str, dtype: str, seed: int, engine: dict, cpu_kv_cache_gib: float):
-        import os
-
         fix = (f"lower generation.cpu_kv_cache_gib (now {cpu_kv_cache_gib:g}) or generation.max_model_len, or free RAM"
                if self.on_cpu else f"lower generation.max_model_len or raise generation.gpu_memory_utilization "
                f"(now {engine['gpu_memory_utilization']:g}), or free the GPU")
-        saved = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
-        if self.on_cpu:  # read by the engine process vLLM spawns; restored below so nothing else inherits it
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{cpu_kv_cache_gib:g}"
+        # read by the engine process vLLM spawns; restored afterwards so nothing else inherits it
+        kv_cache = {env.VLLM_CPU_KVCACHE_SPACE: f"{cpu_kv_cache_gib:g}"} if self.on_cpu else {}
         stop = threading.Event()
         watchdog = threading.Thread(target=_reap_orphaned_engine_core, args=(stop,), daemon=True)
         watchdog.start()
         try:
-            return self.vllm.LLM(model=path, dtype=dtype, seed=seed, **engine)
+            with env.temporarily(kv_cache):
+                return self.vllm.LLM(model=path, dtype=dtype, seed=seed, **engine)
         except Exception as exc:  # vLLM's start-up errors are multi-line tracebacks from its engine process
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise LzeBenchError(f"the vLLM engine for {path!r} failed to start ({type(exc).__name__}: {first[:200]}); "
                                 f"{fix} (vLLM's own log above says why)") from None
         finally:
             stop.set()
-            if self.on_cpu:
-                if saved is None:
-                    os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
-                else:
-                    os.environ["VLLM_CPU_KVCACHE_SPACE"] = saved
 
     def generate(self, messages: list[str], sampling: Sampling, progress=None) -> list[PromptResult]:
         if self.llm is None:
