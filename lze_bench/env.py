@@ -41,7 +41,7 @@ WANDB_PROJECT = EnvVar("WANDB_PROJECT", "lze-bench", ("tracking/wandb.py",),
                        "the W&B project when tracking.project is not given")
 CUDA_VISIBLE_DEVICES = EnvVar("CUDA_VISIBLE_DEVICES", None, ("evaluation/replicas.py",),
                               "GPUs this process may use; set for each eval replica process to its own")
-VLLM_CPU_KVCACHE_SPACE = EnvVar("VLLM_CPU_KVCACHE_SPACE", None, ("evaluation/generation.py",),
+VLLM_CPU_KVCACHE_SPACE = EnvVar("VLLM_CPU_KVCACHE_SPACE", None, ("evaluation/vllm_generator.py",),
                                 "set while a CPU vLLM engine starts, to generation.cpu_kv_cache_gib (GiB)")
 OMP_NUM_THREADS = EnvVar("OMP_NUM_THREADS", None, ("sweep/submit.py", "backends/openrlhf/slurm.py"),
                          "set for local sweep jobs (launcher.cpus_per_task) and each Ray process on Slurm")
