@@ -12,7 +12,6 @@ overrides on Tab, both read from the config store (config/help.py).
 from __future__ import annotations
 
 import difflib
-import os
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -26,6 +25,7 @@ except ImportError:  # older typer runs on click itself
     from click import UsageError
     from click.shell_completion import CompletionItem
 
+from lze_bench import env
 from lze_bench.errors import LzeBenchError
 
 
@@ -120,7 +120,7 @@ class OverridesOrCommandGroup(ConfigHelp, TyperGroup):
         try:
             return super().invoke(ctx)
         except UsageError as exc:
-            if os.environ.get("LZE_BENCH_DEBUG") == "1" or exc.ctx is None or exc.ctx.command is self:
+            if env.debug() or exc.ctx is None or exc.ctx.command is self:
                 raise
             typer.echo(f"error: {exc.ctx.command_path}: {' '.join(exc.format_message().split())} "
                        f"(see {exc.ctx.command_path} --help)", err=True)

@@ -25,11 +25,11 @@ Prompt conventions (PROMPTS; `eval.prompt`, and `backend.prompt` on the OpenRLHF
   user turn as DeepSeek-R1's usage recommendations put it (no system prompt;
   Qwen2.5-Math's evaluation prompt "qwen-boxed" has the same user turn after a
   generic system turn). It comes last, so that truncating a long prompt from
-  the left (lze_bench/evaluation/generation.py) keeps it;
+  the left (lze_bench/evaluation/generator_base.py) keeps it;
 - `qwen25_math`: Qwen2.5-Math's own convention (QwenLM/Qwen2.5-Math README,
   `evaluation/utils.py` prompt type "qwen25-math-cot"): that sentence as the
   system turn, the bare problem as the user turn. It needs a chat template;
-  a prompt longer than the context window loses this turn first (generation.py
+  a prompt longer than the context window loses this turn first (generator_base.py
   truncates from the left), so it is for models with room for their prompts.
 
 Sources and licences where ours differ from lighteval's copies (lighteval

@@ -12,7 +12,6 @@ inside the command that needs them, so `--help` stays fast.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Optional
 
 import typer
 
-from lze_bench import __version__
+from lze_bench import __version__, env
 from lze_bench.argv import ConfigCommand, OverridesOrCommandGroup, overrides
 from lze_bench.errors import LzeBenchError
 
@@ -60,7 +59,7 @@ def friendly_errors(fn):
         try:
             return fn(*args, **kwargs)
         except LzeBenchError as exc:
-            if os.environ.get("LZE_BENCH_DEBUG") == "1":
+            if env.debug():
                 raise
             typer.echo(f"error: {' '.join(str(exc).split())}", err=True)  # one line, whatever the message holds
             raise typer.Exit(code=2)

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import functools
 import importlib
-import os
 from pathlib import Path
 
+from lze_bench import env
 from lze_bench.errors import LzeBenchError
 
 PROBE_TIMEOUT_S = 10.0
@@ -34,7 +34,7 @@ PROBE_TIMEOUT_S = 10.0
 
 def offline() -> bool:
     """HF_HUB_OFFLINE as huggingface_hub reads it (read here from the environment, at call time)."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+    return env.hub_offline()
 
 
 def hub_model_path(path: str, key: str = "model") -> str:

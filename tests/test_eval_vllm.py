@@ -505,3 +505,27 @@ def test_real_vllm_eval_command_reproduces_samples_and_records_dtype(real_vllm, 
     assert any(answers("step_000000", seed) != answers("step_000002", seed) for seed in (0, 1))  # B's own weights
     evals = read_evals(run)
     assert len(evals) == 6 and set(evals["dtype"]) == {"bfloat16"} and set(evals["generation_backend"]) == {"vllm"}
+
+
+def test_cpu_engine_gets_its_kv_cache_size_while_it_starts_and_nothing_after(fake_vllm, tiny_checkpoint, monkeypatch):
+    """On vLLM's CPU build the engine process reads VLLM_CPU_KVCACHE_SPACE: set to generation.cpu_kv_cache_gib for
+    the start only, then what was there before is back."""
+    from lze_bench.evaluation.generation import load_generator
+    from lze_bench.evaluation.suites import GenerationConfig
+
+    seen = []
+
+    class RecordingLLM(fake_vllm.LLM):
+        def __init__(self, model, **kwargs):
+            seen.append(os.environ.get("VLLM_CPU_KVCACHE_SPACE"))
+            super().__init__(model, **kwargs)
+
+    monkeypatch.setattr(fake_vllm, "LLM", RecordingLLM)
+    monkeypatch.setattr(fake_vllm._Platform, "device_type", "cpu")
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    engine = GenerationConfig(backend="vllm", cpu_kv_cache_gib=2.5)
+    load_generator(str(tiny_checkpoint), backend="vllm", device="cpu", engine=engine).close()
+    assert seen == ["2.5"] and "VLLM_CPU_KVCACHE_SPACE" not in os.environ
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "9")
+    load_generator(str(tiny_checkpoint), backend="vllm", device="cpu", engine=engine).close()
+    assert seen == ["2.5", "2.5"] and os.environ["VLLM_CPU_KVCACHE_SPACE"] == "9"

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lze_bench"
 
 # Bottom first. A new top-level module or package takes the lowest floor its imports allow.
 LAYERS = [
-    ["__init__", "errors"],  # the version; LzeBenchError
+    ["__init__", "errors", "env"],  # the version; LzeBenchError; the environment variables read or set
     ["registry", "jsonl", "rundir", "flops", "data_order", "rollout_store", "budget", "hub", "preemption"],
     # plumbing on errors alone (preemption: Slurm's warning signal, recorded)
     ["tracking", "fingerprint"],  # experiment trackers (their config schema is part of config); the run's data

@@ -28,11 +28,11 @@ which and how many answers), workers=N (0 = one per core), timeout=S.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from pathlib import Path
 
+from lze_bench import env
 from lze_bench.bench import BenchResult
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import BENCH_COMMANDS
@@ -53,7 +53,7 @@ CHECKOUT_SLICES = Path(__file__).resolve().parents[2] / "tests" / "data"
 
 def _data_root(options: dict) -> Path:
     """data=PATH, else env LZE_BENCH_DATA, else the checkout's test slices; the first given one must hold every file."""
-    given = options.get("data") or os.environ.get("LZE_BENCH_DATA")
+    given = options.get("data") or env.data_root()
     root = Path(given) if given else CHECKOUT_SLICES
     missing = [f"{name}/test.jsonl" for name in NEEDED if not (root / name / "test.jsonl").is_file()]
     if missing:

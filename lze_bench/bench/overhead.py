@@ -24,13 +24,13 @@ runs it that way).
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from lze_bench import env
 from lze_bench.bench import BenchResult
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import BENCH_COMMANDS
@@ -86,10 +86,10 @@ def step_times(folder: Path, recursive: bool) -> list[float]:
     return [b - a for a, b in zip(stamps, stamps[1:])]
 
 
-def _run(argv: list[str], env: dict, log: Path, timeout_s: float) -> float:
+def _run(argv: list[str], environment: dict, log: Path, timeout_s: float) -> float:
     started = time.perf_counter()
     with log.open("w") as handle:
-        done = subprocess.run(argv, env=env, stdout=handle, stderr=subprocess.STDOUT, timeout=timeout_s)
+        done = subprocess.run(argv, env=environment, stdout=handle, stderr=subprocess.STDOUT, timeout=timeout_s)
     if done.returncode != 0:
         raise LzeBenchError(f"bench overhead: {argv[argv.index('-m') + 1]} exited {done.returncode}; see {log}")
     return time.perf_counter() - started
@@ -121,15 +121,14 @@ def bench_overhead(options: dict[str, str]) -> BenchResult:
     if cfg.backend.name != "openrlhf":
         raise LzeBenchError("bench overhead: the overrides must select backend=openrlhf")
     paths, argv = prepare(cfg)
-    env = dict(os.environ)
-    if env.get("LZE_RAY_ADDRESS"):  # plain OpenRLHF's ray.init() joins the same cluster
-        env["RAY_ADDRESS"] = env["LZE_RAY_ADDRESS"]
-    lze_wall = _run(argv, env, out / "lze.log", timeout_s)
+    address = env.ray_address()  # plain OpenRLHF's ray.init() joins the same cluster
+    environment = env.child_env({env.PLAIN_RAY_ADDRESS: address} if address else None)
+    lze_wall = _run(argv, environment, out / "lze.log", timeout_s)
     split = argv.index("--")
     wrapper = argv[: argv.index("-m") - 1]
     plain = [*wrapper, sys.executable, "-m", OPENRLHF_CLI,
              *plain_flags(argv[split + 1:], out / "openrlhf", steps * int(cfg.trainer.batch_size))]
-    plain_wall = _run(plain, env, out / "openrlhf.log", timeout_s)
+    plain_wall = _run(plain, environment, out / "openrlhf.log", timeout_s)
     rows = [_row("lze-bench", step_times(paths.run_dir / "tensorboard", recursive=False), skip, lze_wall),
             _row("openrlhf", step_times(out / "openrlhf" / "tensorboard", recursive=True), skip, plain_wall)]
     ratio = rows[0]["step_s_median"] / rows[1]["step_s_median"]

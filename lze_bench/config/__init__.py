@@ -19,10 +19,10 @@ naming the key and the valid choices.
 from __future__ import annotations
 
 import importlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from lze_bench import env
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import BACKENDS, SELECTORS, TASKS, Registry, unknown_choice
 
@@ -31,7 +31,6 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 # copy of them in `lze_bench/recipes/` (setup.py), so an installed lze-bench finds them anywhere.
 CHECKOUT_DIR = PACKAGE_DIR.parent.parent
 SHIPPED_RECIPES = PACKAGE_DIR.parent / "recipes"
-RECIPES_ENV = "LZE_BENCH_RECIPES"  # extra recipe roots (os.pathsep-separated), each with sweeps/ evals/
 
 CONFIGS = Registry("command config")  # primary config name -> dataclass
 # keys that no longer exist -> what to write instead (one line, not "unknown key")
@@ -58,8 +57,7 @@ class YamlGroup:
             folders.append(SHIPPED_RECIPES / self.recipe_folder)
             if (CHECKOUT_DIR / "pyproject.toml").is_file():
                 folders.append(CHECKOUT_DIR / self.recipe_folder)
-            roots = [root for root in os.environ.get(RECIPES_ENV, "").split(os.pathsep) if root]
-            folders += [Path(root) / self.recipe_folder for root in roots]
+            folders += [Path(root) / self.recipe_folder for root in env.recipe_roots()]
             folders.append(Path(self.recipe_folder))
         return folders
 
@@ -85,27 +83,14 @@ PLUGIN_MODULES = (
 
 _registered = False
 _RECIPE_FILES: dict[str, dict[str, Path]] = {}  # group -> option -> file given as a path on the command line
+# (config name, its config-group overrides) -> Hydra's composed config before any value override;
+# emptied whenever the ConfigStore changes (see `_compose_from_base`)
+_BASE_CONFIGS: dict[tuple[str, tuple[str, ...]], object] = {}
 
 
 def _load_attr(spec: str):
     module_name, attr = spec.split(":")
     return getattr(importlib.import_module(module_name), attr)
-
-
-def _share_config_store() -> None:
-    """Let `copy.deepcopy` of Hydra's ConfigStore singleton return the singleton itself.
-
-    Every `hydra.compose` deep-copies its config repository (so that setting up search paths does not
-    touch the original), and the repository's structured-config source holds the whole ConfigStore:
-    with every registry and recipe stored here that copy was ~1/3 of a compose (~30 of ~90 ms;
-    a 39-job `sweep --dry-run` composes once per job). Nothing is lost by sharing it: the store is
-    only read through `ConfigStore.load`, which deep-copies the node it returns, and there is one
-    store per process anyway.
-    """
-    from hydra.core.config_store import ConfigStore
-
-    if "__deepcopy__" not in vars(ConfigStore):
-        ConfigStore.__deepcopy__ = lambda self, memo: self
 
 
 def register_all() -> None:
@@ -121,7 +106,6 @@ def register_all() -> None:
     for module in PLUGIN_MODULES:
         importlib.import_module(module)
     store = ConfigStore.instance()
-    _share_config_store()
     for name, node in CONFIGS.items():
         store.store(name=name, node=node)
     for group, registry in REGISTRY_GROUPS.items():
@@ -132,6 +116,7 @@ def register_all() -> None:
         for name, path in yaml_options(group).items():
             node = OmegaConf.merge(OmegaConf.structured(schema_cls), _load_yaml(path))
             store.store(group=group, name=name, node=node)
+    _BASE_CONFIGS.clear()
     _registered = True
 
 
@@ -167,10 +152,6 @@ def group_options(group: str) -> list[str]:
 
 def compose(name: str, overrides: list[str] | tuple[str, ...] = ()):
     """Compose primary config `name` with Hydra overrides; validate; return a DictConfig."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize
-    from hydra.core.global_hydra import GlobalHydra
-
     register_all()
     if name not in CONFIGS:
         raise LzeBenchError(unknown_choice("command config", name, CONFIGS))
@@ -179,6 +160,19 @@ def compose(name: str, overrides: list[str] | tuple[str, ...] = ()):
     _refuse_hydra_keys(overrides)
     if name == "train":
         overrides = backend_trainer_defaults(overrides) + overrides
+    cfg = _compose_from_base(name, overrides)
+    if cfg is None:
+        cfg = _hydra_compose(name, overrides)
+    to_objects(cfg)  # runs every schema's __post_init__ (value checks)
+    return cfg
+
+
+def _hydra_compose(name: str, overrides: list[str]):
+    """One `hydra.compose` of `name` with `overrides`; its errors become one line."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize
+    from hydra.core.global_hydra import GlobalHydra
+
     GlobalHydra.instance().clear()
     with initialize(version_base=None, config_path=None):
         try:
@@ -186,8 +180,68 @@ def compose(name: str, overrides: list[str] | tuple[str, ...] = ()):
         except Exception as exc:  # hydra's messages are multi-line: make one line
             raise LzeBenchError(_one_line(exc, name, overrides)) from exc
         _refuse_added_keys(cfg, name, overrides)
-    to_objects(cfg)  # runs every schema's __post_init__ (value checks)
     return cfg
+
+
+def _compose_from_base(name: str, overrides: list[str]):
+    """The config Hydra would compose, from a kept composition of the same config-group choices.
+
+    Hydra composes in two phases: the config-group choices pick and merge the defaults list, then
+    each plain `key=value` is applied in order with `OmegaConf.update(cfg, key, value, merge=True)`
+    (its `ConfigLoaderImpl._apply_overrides_to_config`). A sweep composes one train config per grid
+    point, and its points mostly share the group choices (one selector, many seeds), while each
+    `hydra.compose` costs ~90 ms, a third of it deep-copying every stored config. So the first phase
+    is composed once per (name, group choices) and kept; the second is repeated here on a copy of it.
+
+    Only plain overrides take this path: `+`, `++`, `~`, `group@package`, sweeps and dict values
+    return None, as does any override Hydra's parser or OmegaConf refuses, so that Hydra composes
+    them itself (and its error, made one line, names what was wrong exactly as before).
+    """
+    import copy
+
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    split = _split_plain_overrides(overrides)
+    if split is None:
+        return None
+    group_overrides, value_overrides = split
+    key = (name, tuple(group_overrides))
+    if key not in _BASE_CONFIGS:
+        try:
+            _BASE_CONFIGS[key] = _hydra_compose(name, group_overrides)
+        except LzeBenchError:
+            return None  # composed again with every override, for the message that names them
+    cfg = copy.deepcopy(_BASE_CONFIGS[key])
+    try:
+        for override in value_overrides:
+            OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
+    except OmegaConfBaseException:
+        return None
+    return cfg
+
+
+def _split_plain_overrides(overrides: list[str]) -> tuple[list[str], list] | None:
+    """(config-group overrides as given, parsed value overrides), or None if any is not plain `key=value`."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import OverrideType
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides=list(overrides))
+    except Exception:
+        return None
+    groups = {*REGISTRY_GROUPS, *YAML_GROUPS}
+    group_overrides, value_overrides = [], []
+    for override in parsed:
+        if override.type != OverrideType.CHANGE or override.package is not None or override.is_sweep_override():
+            return None
+        if override.key_or_group in groups:
+            if not isinstance(override.value(), str):
+                return None
+            group_overrides.append(override.input_line)
+        else:
+            value_overrides.append(override)
+    return group_overrides, value_overrides
 
 
 def _refuse_hydra_keys(overrides: list[str]) -> None:
@@ -300,6 +354,7 @@ def rewrite_recipe_paths(overrides: list[str]) -> list[str]:
             schema_cls = _load_attr(YAML_GROUPS[key].schema)
             node = OmegaConf.merge(OmegaConf.structured(schema_cls), _load_yaml(path))
             ConfigStore.instance().store(group=key, name=path.stem, node=node)
+            _BASE_CONFIGS.clear()  # an option of this name may have been composed from another file
             _RECIPE_FILES.setdefault(key, {})[path.stem] = path.resolve()
             item = f"{key}={path.stem}"
         out.append(item)
@@ -371,4 +426,4 @@ def config_dict(cfg) -> dict:
 
 def env_data_root(cfg_root: str | None) -> str | None:
     """`data.root`, else env LZE_BENCH_DATA, else None (the Hugging Face hub)."""
-    return cfg_root or os.environ.get("LZE_BENCH_DATA") or None
+    return cfg_root or env.data_root() or None

@@ -23,8 +23,8 @@ Choices where the sources are silent:
 from __future__ import annotations
 
 import logging
-import os
 
+from lze_bench import env
 from lze_bench.errors import LzeBenchError
 
 logger = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 def visible_gpus(count: int) -> list[str]:
     """The first `count` GPU ids this process may use."""
-    listed = [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    listed = env.visible_devices()
     if not listed:
         return [str(i) for i in range(count)]
     if len(listed) < count:
@@ -96,7 +96,7 @@ def _collect(processes: list, queue) -> dict[int, tuple[bool, object]]:
 def _replica(evaluate, index: int, options, per_seed: list[dict], data: dict, targets: list, devices: str,
              queue) -> None:
     if options.device != "cpu":
-        os.environ["CUDA_VISIBLE_DEVICES"] = devices  # before torch/vLLM are imported in this process
+        env.set_here(env.CUDA_VISIBLE_DEVICES, devices)  # before torch/vLLM are imported in this process
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s replica {index} %(name)s %(levelname)s %(message)s")
     try:
         logger.info("replica %d on GPUs [%s]: %s", index, devices, ", ".join(t.checkpoint for t in targets))

@@ -336,7 +336,7 @@ def benchmark_messages(name: str, rows: list[dict], suite) -> list:
 
 def cut_shares(results) -> dict:
     """Shares of responses that stopped at the token budget (finish "length": the answer may be missing only
-    because it was cut) and of prompts truncated from the left to fit the context (generation.py)."""
+    because it was cut) and of prompts truncated from the left to fit the context (generator_base.py)."""
     finishes = [c.finish for r in results for c in r.completions]
     return {"cut_response_frac": finishes.count("length") / len(finishes) if finishes else 0.0,
             "cut_prompt_frac": sum(r.truncated for r in results) / len(results) if results else 0.0}

@@ -48,7 +48,7 @@ class SuiteConfig:
     n_samples: int = 1  # responses per problem (avg@n)
     temperature: float = 0.0  # 0 = greedy decoding
     top_p: float = 1.0
-    max_new_tokens: int = 2048  # clamped to the model's context window (generation.py)
+    max_new_tokens: int = 2048  # clamped to the model's context window (generator_base.py)
     # > 0: a prompt leaving fewer context tokens than this (at most max_new_tokens) for the answer is refused
     # before anything is generated (runner.py); 0: such prompts are truncated from the left, and the share
     # truncated is reported. A check, not a setting: not in the settings key

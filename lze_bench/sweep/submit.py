@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from lze_bench import env
 from lze_bench.errors import LzeBenchError
 from lze_bench.sweep.manifest import (
     FINAL,
@@ -107,13 +108,8 @@ def make_executor(plan):
 def job_threads(launcher: dict):
     """Local jobs inherit this process's environment: set their thread counts for the submission only."""
     n = str(int(launcher["cpus_per_task"]))
-    saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    os.environ.update(OMP_NUM_THREADS=n, MKL_NUM_THREADS=n)
-    try:
+    with env.temporarily({env.OMP_NUM_THREADS: n, env.MKL_NUM_THREADS: n}):
         yield
-    finally:
-        for key, value in saved.items():
-            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
 
 
 # a Slurm job being requeued (preemption, time limit) can be missing from squeue for a moment: a live job that

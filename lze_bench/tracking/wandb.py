@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import secrets
 from pathlib import Path
 
+from lze_bench import env
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import LOGGERS
 
@@ -78,7 +78,7 @@ class WandbLogger:
     @staticmethod
     def preflight() -> None:
         """Online mode needs a key in W&B's own places (env, netrc); checked before anything starts."""
-        if os.environ.get("WANDB_MODE", "").lower() in OFFLINE_MODES:
+        if env.wandb_mode() in OFFLINE_MODES:
             return
         import wandb
 
@@ -115,7 +115,7 @@ class WandbLogger:
         try:
             self.run = wandb.init(
                 dir=str(run_dir), **where,
-                project=tracking.get("project") or os.environ.get("WANDB_PROJECT") or "lze-bench",
+                project=tracking.get("project") or env.wandb_project(),
                 entity=tracking.get("entity"), group=tracking.get("group"),
                 name=tracking.get("name") or Path(run_dir).name, job_type=selector or None,
                 tags=list(dict.fromkeys(tags)), config=container, settings=wandb.Settings(console="off"),

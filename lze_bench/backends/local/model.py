@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from lze_bench import env
 from lze_bench.errors import LzeBenchError
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ def setup_torch(threads: int) -> None:
     """Threads for CPU math. OMP_WAIT_POLICY=PASSIVE (unless set) before torch loads:
     measured on a shared 2-core machine, spinning OpenMP threads lost up to 4x
     throughput to a competing process, passive ones about 10% when alone."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    env.default_here(env.OMP_WAIT_POLICY)
     import torch
     from transformers.utils import logging as hf_logging
 

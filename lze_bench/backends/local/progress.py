@@ -7,13 +7,14 @@ turns it off (sweeps writing to log files).
 from __future__ import annotations
 
 import contextlib
-import os
+
+from lze_bench import env
 
 
 @contextlib.contextmanager
 def progress_bar(description: str, total: int, completed: int = 0):
     """Yields `advance(status: str = "")`, which adds one step and shows `status`."""
-    if os.environ.get("LZE_BENCH_PROGRESS", "1") == "0":
+    if not env.progress_shown():
         yield lambda status="": None
         return
     from rich.console import Console

@@ -14,21 +14,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 
+from lze_bench import env
 from lze_bench.errors import LzeBenchError
 
 PACKAGE_STORE = Path(__file__).resolve().parent / "warmstarts"
-STORE_ENV = "LZE_BENCH_WARMSTARTS"  # another folder of shipped warm starts (a lab's own; the tests' tiny ones)
 SUMS_FILE = "SHA256SUMS"
 INFO_FILE = "warmstart.json"
 _VERIFIED: set[Path] = set()  # checked once per process
 
 
 def store() -> Path:
-    return Path(os.environ.get(STORE_ENV) or PACKAGE_STORE)
+    return Path(env.warmstart_store() or PACKAGE_STORE)
 
 
 def shipped_keys() -> list[str]:

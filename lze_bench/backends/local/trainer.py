@@ -175,72 +175,129 @@ class _Session:
         return directory, {"warmstart": {"dir": str(directory), **summary}}
 
     def setup(self):
-        import torch
-
-        from lze_bench.backends.local.features import Features
-        from lze_bench.backends.local.heldout import encode_prompts
-        from lze_bench.backends.local.model import load_policy, resolve_device
-        from lze_bench.backends.local.state import RolloutStore, load_checkpoint
+        """Everything the first step needs, built in the order each piece depends on the ones before it."""
+        from lze_bench.backends.local.model import resolve_device
         from lze_bench.data_order import DataOrder
-        from lze_bench.backends.local.step import StepRunner
-        from lze_bench.flops import FlopModel
-        from lze_bench.ledger import Ledger, RolloutLog
-        from lze_bench.selectors import build_selector
-        from lze_bench.tasks.synthetic import load_split
 
-        cfg, trainer = self.cfg, self.cfg.trainer
-        device = resolve_device(cfg.device)
+        self.device = resolve_device(self.cfg.device)
         self.run_dir.mkdir(parents=True, exist_ok=True)  # first: the warm start reports into it
-        initial, extra = self._policy_source(device)
-        from lze_bench.backends.local.warmstart import build_numerics, cpu_model
-
-        # where this invocation computes: the report names it (thread count and processor change the numbers)
-        extra["machine"] = {**build_numerics(device.type), "cpu_model": cpu_model()}
-        _write_config(self.run_dir, self.container, extra)
+        self.initial = self._write_run_config()
         resume = latest_checkpoint(self.run_dir)
         self.updates = resume[0] if resume else 0
+        self._load_policy(resume[1] if resume else None)
+        rows = self._load_data()
+        prompts = self._encode_prompts(rows)
+        selector = self._build_selector(rows)
+        self.optimizer = self._optimizer()
+        store = self._rollout_store(selector)
+        stream = DataOrder(len(rows), self.cfg.seed)
+        features = self._features(rows, prompts)
+        begun_epoch, pending = self._resume_from_checkpoint(resume is not None, selector, store, stream, features)
+        self._open_tracker()
+        self.selector, self.store, self.stream, self.features = selector, store, stream, features
+        self.runner = self._step_runner(rows, prompts, begun_epoch, pending)
+
+    def _write_run_config(self) -> Path | str:
+        """config.yaml with the warm start used and the machine computing; returns the initial policy."""
+        from lze_bench.backends.local.warmstart import build_numerics, cpu_model
+
+        initial, extra = self._policy_source(self.device)
+        # where this invocation computes: the report names it (thread count and processor change the numbers)
+        extra["machine"] = {**build_numerics(self.device.type), "cpu_model": cpu_model()}
+        _write_config(self.run_dir, self.container, extra)
+        return initial
+
+    def _load_policy(self, checkpoint: Path | None) -> None:
+        """The policy to train: the resume checkpoint's, else the initial one; and its FLOP model."""
+        from lze_bench.backends.local.model import load_policy
+        from lze_bench.flops import FlopModel
+
         try:
-            model, tokenizer = load_policy(resume[1] if resume else initial, device, cfg.model.dtype)
+            model, tokenizer = load_policy(checkpoint or self.initial, self.device, self.cfg.model.dtype)
         except LzeBenchError as exc:
-            if not resume:
+            if checkpoint is None:
                 raise
-            raise damaged_file(resume[1], exc, f"delete {resume[1]} to resume from the checkpoint before it, or "
-                                               "start the run over in another run_dir=PATH") from exc
-        self.model, self.tokenizer, self.device, self.initial = model, tokenizer, device, initial
+            raise damaged_file(checkpoint, exc, f"delete {checkpoint} to resume from the checkpoint before it, or "
+                                                "start the run over in another run_dir=PATH") from exc
+        self.model, self.tokenizer = model, tokenizer
         self.flop_model = FlopModel.from_torch_model(model)
+
+    def _load_data(self) -> list[dict]:
+        """The training rows (returned) and the held-out rows, checked against the data a resumed run used."""
+        from lze_bench.fingerprint import check_data, fingerprint
+        from lze_bench.tasks.synthetic import load_split
+
+        cfg = self.cfg
         rows = load_split("train", cfg.task)
         self.test_rows = load_split("test", cfg.task)[: cfg.backend.eval_size]
-        from lze_bench.fingerprint import check_data, fingerprint
-
         # before the resume cuts anything back: a refused resume leaves the run directory as it was
         check_data(self.run_dir, {"train": fingerprint(rows), "heldout": fingerprint(self.test_rows)},
                    f"task={cfg.task.name}")
-        prompts = encode_prompts(tokenizer, [r["problem"] for r in rows])
+        return rows
+
+    def _encode_prompts(self, rows: list[dict]) -> list:
+        """The training prompts as token ids; refused when a prompt plus its response outgrows the model."""
+        from lze_bench.backends.local.heldout import encode_prompts
+
+        trainer = self.cfg.trainer
+        prompts = encode_prompts(self.tokenizer, [r["problem"] for r in rows])
         longest = max(len(p) for p in prompts) + trainer.max_new_tokens
-        limit = getattr(model.config, "max_position_embeddings", None)
+        limit = getattr(self.model.config, "max_position_embeddings", None)
         if limit is not None and longest > limit:
             raise LzeBenchError(f"trainer.max_new_tokens={trainer.max_new_tokens}: prompts plus responses reach "
                                 f"{longest} tokens, past the model's {limit} positions; lower it")
-        from lze_bench.metadata import PromptMetadata
+        return prompts
 
+    def _build_selector(self, rows: list[dict]):
+        """The selector, and the per-prompt metadata columns it reads, written to the run directory."""
+        from lze_bench.metadata import PromptMetadata
+        from lze_bench.selectors import build_selector
+
+        cfg, trainer = self.cfg, self.cfg.trainer
         metadata = PromptMetadata.for_run(rows, cfg.task.name, cfg.selector)
         selector = build_selector(cfg.selector, num_prompts=len(rows), batch_size=trainer.batch_size, metadata=metadata)
         metadata.write(self.run_dir, list(type(selector).metadata_columns(selector.config)))
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=trainer.lr, weight_decay=trainer.weight_decay)
+        return selector
+
+    def _optimizer(self):
+        import torch
+
+        trainer = self.cfg.trainer
+        return torch.optim.AdamW(self.model.parameters(), lr=trainer.lr, weight_decay=trainer.weight_decay)
+
+    def _rollout_store(self, selector):
+        """The store of past rollout groups a selector may ask for again, sized for it."""
+        from lze_bench.backends.local.state import RolloutStore
+
         from lze_bench.rollout_store import store_capacity
 
-        store = RolloutStore(store_capacity(cfg.backend.rollout_store_groups,
-                                            getattr(selector.config, "buffer_size", 0), trainer.batch_size))
-        stream = DataOrder(len(rows), cfg.seed)
-        features = Features(model, prompts, self.flop_model, tokenizer.pad_token_id, trainer.temperature,
+        cfg = self.cfg
+        return RolloutStore(store_capacity(cfg.backend.rollout_store_groups,
+                                           getattr(selector.config, "buffer_size", 0), cfg.trainer.batch_size))
+
+    def _features(self, rows: list[dict], prompts: list):
+        """What selectors read about prompts: the policy's own features, or ASTRAL's learned head over them."""
+        from lze_bench.backends.local.features import Features
+
+        cfg = self.cfg
+        features = Features(self.model, prompts, self.flop_model, self.tokenizer.pad_token_id, cfg.trainer.temperature,
                             self.run_dir, self._load_initial, cfg.backend.gen_chunk_size)
         if getattr(cfg.selector, "predictor", "kernel") != "kernel":  # ASTRAL's learned head (lze_bench/predictor)
             from lze_bench.backends.local.predictor import head_features
 
-            features = head_features(cfg, [r["problem"] for r in rows], features, self.run_dir, device, self.grader)
+            features = head_features(cfg, [r["problem"] for r in rows], features, self.run_dir, self.device,
+                                     self.grader)
+        return features
+
+    def _resume_from_checkpoint(self, resuming: bool, selector, store, stream, features) -> tuple[int, list]:
+        """Ledger, rollout log and held-out evals cut back to the resume point, with the checkpoint's state
+        loaded into optimizer, selector, store, stream and features; returns (begun epoch, pending groups)."""
+        from lze_bench.backends.local.state import load_checkpoint
+        from lze_bench.ledger import Ledger, RolloutLog
+
         begun_epoch, pending = -1, []
         self.ledger, self.rollouts = Ledger(self.run_dir), RolloutLog(self.run_dir)
-        if resume:
+        if resuming:
             state = load_checkpoint(self.run_dir, self.updates, self.optimizer, selector, store)
             stream.load_state_dict(state["stream"])
             begun_epoch = int(state["begun_epoch"])
@@ -250,19 +307,24 @@ class _Session:
         self.ledger.truncate_after(self.updates - 1)
         self.rollouts.truncate_after(self.updates - 1)
         self.heldout = _read_heldout(self.run_dir, self.updates)
+        return begun_epoch, pending
+
+    def _open_tracker(self) -> None:
         from lze_bench.tracking import open_tracker
 
         # logger=[...], from where this invocation starts (what was logged past it is superseded); closed by run()
         self.tracker = open_tracker(self.container, self.run_dir, resume=(self.updates, self.ledger.cum_flops))
-        ref_model = None
-        if trainer.kl_coef > 0:
-            ref_model = self._load_initial()
-        self.selector, self.store, self.stream, self.features = selector, store, stream, features
-        self.runner = StepRunner(cfg=cfg, selector=selector, stream=stream, model=model, tokenizer=tokenizer,
-                                 optimizer=self.optimizer, ref_model=ref_model, grader=self.grader,
-                                 flop_model=self.flop_model, features=features, store=store, prompts=prompts,
-                                 answers=[r["answer"] for r in rows], device=device, begun_epoch=begun_epoch,
-                                 pending=pending)
+
+    def _step_runner(self, rows: list[dict], prompts: list, begun_epoch: int, pending: list):
+        """The step loop's engine, with the frozen initial policy as KL reference when trainer.kl_coef > 0."""
+        from lze_bench.backends.local.step import StepRunner
+
+        ref_model = self._load_initial() if self.cfg.trainer.kl_coef > 0 else None
+        return StepRunner(cfg=self.cfg, selector=self.selector, stream=self.stream, model=self.model,
+                          tokenizer=self.tokenizer, optimizer=self.optimizer, ref_model=ref_model, grader=self.grader,
+                          flop_model=self.flop_model, features=self.features, store=self.store, prompts=prompts,
+                          answers=[r["answer"] for r in rows], device=self.device, begun_epoch=begun_epoch,
+                          pending=pending)
 
     def _load_initial(self):
         from lze_bench.backends.local.model import load_policy

@@ -61,6 +61,7 @@ from typing import Callable, Optional
 import numpy as np
 from filelock import FileLock, Timeout
 
+from lze_bench import env
 from lze_bench.backends.local import tokenizer as tok_module
 from lze_bench.rundir import atomic_write_json
 
@@ -71,7 +72,7 @@ INFO_FILE = "warmstart.json"
 
 
 def cache_root(backend_cfg) -> Path:
-    root = backend_cfg.cache_dir or os.environ.get("LZE_BENCH_CACHE") or "~/.cache/lze-bench"
+    root = backend_cfg.cache_dir or env.cache_dir()
     return Path(root).expanduser()
 
 

@@ -43,7 +43,6 @@ from lze_bench.rundir import checkpoint_dir, mark_checkpoint_complete, selector_
 log = logging.getLogger(__name__)
 
 ENV_CONFIG = "LZE_CONFIG"
-ENV_RUN_DIR = "LZE_RUN_DIR"
 CLIENT_STATE_KEY = "lze"  # our entry in OpenRLHF's client_states (plain scalars only)
 
 
@@ -117,7 +116,9 @@ class RunContext:
 
         from lze_bench.flops import FlopModel
 
-        cfg = load_run_config(os.environ.get(ENV_CONFIG, ""))
+        from lze_bench import env
+
+        cfg = load_run_config(env.run_config_path())
         plan = load_plan(cfg.run_dir)
         flops = FlopModel.from_hf_config(AutoConfig.from_pretrained(cfg.model.path))
         features = features_factory(cfg, flops, plan) if features_factory is not None else None

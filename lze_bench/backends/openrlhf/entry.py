@@ -33,12 +33,12 @@ import runpy
 import sys
 from pathlib import Path
 
+from lze_bench import env as lze_env
 from lze_bench.errors import LzeBenchError
 
 log = logging.getLogger(__name__)
 
 OPENRLHF_CLI = "openrlhf.cli.train_ppo_ray"
-ENV_RAY_ADDRESS = "LZE_RAY_ADDRESS"
 
 
 def parse_argv(argv: list[str]) -> tuple[str, list[str]]:
@@ -51,14 +51,14 @@ def parse_argv(argv: list[str]) -> tuple[str, list[str]]:
 def actor_env(cfg, config_path: str) -> dict[str, str]:
     """Env vars for every Ray actor: OpenRLHF's defaults (respecting the caller's) plus ours."""
     return {
-        "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "true"),
-        "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN"),
-        "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": os.environ.get("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1"),
+        lze_env.TOKENIZERS_PARALLELISM.name: lze_env.value(lze_env.TOKENIZERS_PARALLELISM),
+        lze_env.NCCL_DEBUG.name: lze_env.value(lze_env.NCCL_DEBUG),
+        lze_env.RAY_ZERO_COPY.name: lze_env.value(lze_env.RAY_ZERO_COPY),
         "LZE_RUN_DIR": str(cfg.run_dir),
         "LZE_CONFIG": str(os.path.abspath(config_path)),
         "LZE_GRADE_TIMEOUT_S": str(cfg.backend.grade_timeout_s),
         "LZE_GRADE_WORKERS": str(cfg.backend.grade_workers),
-        **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}),
+        **({lze_env.PYTHONPATH.name: lze_env.value(lze_env.PYTHONPATH)} if lze_env.value(lze_env.PYTHONPATH) else {}),
         # read by vLLM at engine start in the rollout actors (backend.vllm_batch_invariant)
         **({"VLLM_BATCH_INVARIANT": "1"} if getattr(cfg.backend, "vllm_batch_invariant", False) else {}),
     }
@@ -90,13 +90,13 @@ def run(config_path: str, flags: list[str]) -> None:
     require_gpu_stack()
     cfg = load_run_config(config_path)
     load_plan(cfg.run_dir)  # the trainer actor deals its update by it (context.py); missing: one line, before Ray
-    env = actor_env(cfg, config_path)
-    os.environ.update(env)  # the driver process reads them too
+    actor_vars = actor_env(cfg, config_path)
+    lze_env.set_names_here(actor_vars)  # the driver process reads them too
     import ray
 
-    address = cfg.backend.ray_address or os.environ.get(ENV_RAY_ADDRESS) or None
+    address = cfg.backend.ray_address or lze_env.ray_address() or None
     set_aside_unloadable(RunPaths(Path(cfg.run_dir)).ckpt)
-    ray.init(address=address, runtime_env={"env_vars": env})
+    ray.init(address=address, runtime_env={"env_vars": actor_vars})
     try:
         install_trainer()
         saved_argv = sys.argv

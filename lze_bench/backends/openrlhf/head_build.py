@@ -43,7 +43,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +50,7 @@ from typing import Callable, List, Optional
 
 import numpy as np
 
+from lze_bench import env
 from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
 from lze_bench.predictor import AuthorsTraining
@@ -144,7 +144,7 @@ def head_key(cfg) -> str:
 
 
 def head_dir(cfg) -> Path:
-    root = cfg.backend.predictor.cache_dir or os.environ.get("LZE_BENCH_CACHE") or "~/.cache/lze-bench"
+    root = cfg.backend.predictor.cache_dir or env.cache_dir()
     return Path(root).expanduser() / "predictor_openrlhf" / head_key(cfg)
 
 

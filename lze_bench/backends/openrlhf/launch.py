@@ -20,12 +20,12 @@ command here and handed to everything that needs it.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from contextlib import nullcontext
 from pathlib import Path
 
+from lze_bench import env
 from lze_bench.backends.openrlhf.command import RunPaths, driver_argv, format_command
 from lze_bench.backends.openrlhf.plan import LaunchPlan, launch_plan
 from lze_bench.errors import LzeBenchError
@@ -175,7 +175,7 @@ def train(cfg) -> Path:
 
     if uses_trained_head(cfg):
         require_built(cfg)  # the sweep's head step (or `lze-bench head`) builds it; a run never does
-    if "SLURM_PROCID" in os.environ:
+    if env.is_set(env.SLURM_PROCID):
         return _run_node(cfg, plan)
     from lze_bench.tracking import preflight
 

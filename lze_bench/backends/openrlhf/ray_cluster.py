@@ -47,6 +47,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lze_bench import env
 from lze_bench.errors import LzeBenchError
 
 log = logging.getLogger(__name__)
@@ -83,24 +84,26 @@ class NodeRole:
 
     @classmethod
     def from_env(cls, gpus: int, min_cpus: int = 1) -> "NodeRole":
-        env = os.environ
-        if "SLURM_PROCID" not in env:
+        if not env.value(env.SLURM_PROCID):
             raise LzeBenchError("not inside a Slurm job step (SLURM_PROCID unset); submit with launcher=slurm")
         hosts = job_hosts()
         return cls(
-            rank=int(env["SLURM_PROCID"]),
-            num_nodes=int(env.get("SLURM_NNODES", len(hosts) or 1)),
+            rank=int(env.value(env.SLURM_PROCID)),
+            num_nodes=int(env.value(env.SLURM_NNODES) or len(hosts) or 1),
             head_host=hosts[0],
-            job_id=env.get("SLURM_JOB_ID", "0"),
-            attempt=int(env.get("SLURM_RESTART_COUNT", "0") or 0),
+            job_id=env.value(env.SLURM_JOB_ID),
+            attempt=int(env.value(env.SLURM_RESTART_COUNT)),
             gpus=int(gpus),
-            cpus=max(int(env.get("SLURM_CPUS_PER_TASK") or os.cpu_count() or 1), int(min_cpus)),
+            cpus=max(int(env.value(env.SLURM_CPUS_PER_TASK) or os.cpu_count() or 1), int(min_cpus)),
         )
 
 
 def job_hosts() -> list[str]:
     """This job's node names, head first (`scontrol show hostnames $SLURM_JOB_NODELIST`)."""
-    return subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]], capture_output=True,
+    nodelist = env.value(env.SLURM_JOB_NODELIST)
+    if not nodelist:
+        raise LzeBenchError("SLURM_JOB_NODELIST is unset: not inside a Slurm job; submit with launcher=slurm")
+    return subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
                           text=True, check=True).stdout.split()
 
 
@@ -192,14 +195,14 @@ def node_main(run_dir: str | Path, role: NodeRole, peers: list[str] = ()) -> int
     whose head went away without finishing). `peers`: the other nodes' host names (head_address)."""
     head_ip = head_address(role.head_host, list(peers))
     marker = done_marker(run_dir, role)
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads_per_process(role)))
+    child = env.child_env({env.OMP_NUM_THREADS: str(threads_per_process(role))})
     if role.rank > 0:
-        return _worker(role, head_ip, marker, env)
-    head = subprocess.Popen(head_command(role, head_ip), env=env, preexec_fn=ignore_warning_signal)
+        return _worker(role, head_ip, marker, child)
+    head = subprocess.Popen(head_command(role, head_ip), env=child, preexec_fn=ignore_warning_signal)
     try:
         _wait_for_nodes(f"{head_ip}:{role.port}", role.num_nodes, head)
-        env["LZE_RAY_ADDRESS"] = f"{head_ip}:{role.port}"
-        code = subprocess.run(load_driver_argv(run_dir), env=env, check=False,
+        child[env.RAY_ADDRESS.name] = f"{head_ip}:{role.port}"
+        code = subprocess.run(load_driver_argv(run_dir), env=child, check=False,
                               preexec_fn=ignore_warning_signal).returncode
     finally:
         marker.parent.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,6 @@ Settings come from env vars that entry.py gives every Ray actor:
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 
@@ -46,8 +45,9 @@ def _get_grader() -> Grader:
     global _grader
     with _lock:
         if _grader is None:
-            timeout = float(os.environ.get("LZE_GRADE_TIMEOUT_S", "5") or 5)
-            workers = int(os.environ.get("LZE_GRADE_WORKERS", "2") or 2)
+            from lze_bench import env
+
+            timeout, workers = env.grading_settings()
             _grader = Grader(timeout_s=max(timeout, 0.1), workers=max(workers, 1))
         return _grader
 
