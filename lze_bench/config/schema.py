@@ -67,6 +67,9 @@ class TrainerConfig:
         for key in ("flop_budget", "eval_every_flops", "checkpoint_every_flops"):
             value = getattr(self, key)
             require(value is None or value > 0, f"trainer.{key}", f"must be > 0 FLOPs or null (off), got {value}")
+        # a group's advantages are its rewards minus their mean over the group: one sample has none to learn from
+        require(self.n_samples >= 2, "trainer.n_samples",
+                f"GRPO group advantages need >= 2 samples per prompt, got {self.n_samples}")
         require(self.lr > 0, "trainer.lr", f"must be > 0, got {self.lr}")
         require(self.temperature > 0, "trainer.temperature", f"must be > 0, got {self.temperature}")
         require(0 < self.top_p <= 1, "trainer.top_p", f"must be in (0, 1], got {self.top_p}")
