@@ -27,6 +27,11 @@ def require(condition: bool, key: str, message: str) -> None:
         raise LzeBenchError(f"{key}: {message}")
 
 
+def check_seed(value: int, key: str = "seed") -> None:
+    """NumPy's seeded generators (default_rng([seed, ...]): data order, selector rngs) take no negative seed."""
+    require(value >= 0, key, f"must be an integer >= 0, got {value}")
+
+
 def check_device(value: str, key: str = "device") -> None:
     require(bool(_DEVICE.match(str(value))), key, f"unknown device {value!r}; use cpu, cuda, cuda:N or auto")
 
@@ -149,6 +154,7 @@ class TrainConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     def __post_init__(self):
+        check_seed(self.seed)
         check_device(self.device)
         check_loggers(self.logger)
 
@@ -175,6 +181,9 @@ class ReplayConfig:
     selector: Any = MISSING
     replay: ReplayOptions = field(default_factory=ReplayOptions)
     seed: int = 0
+
+    def __post_init__(self):
+        check_seed(self.seed)
 
 
 def _register() -> None:
