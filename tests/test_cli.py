@@ -132,6 +132,8 @@ def test_cfg_prints_every_key_of_the_resolved_config():
     (["sweep", "--dry-run", "selector=glob(zz*)"], ["matches no selector", "lze"]),
     (["train", "--dry-run", "trainer.n_samples=1"], ["trainer.n_samples: GRPO group advantages need >= 2", "got 1"]),
     (["train", "--dry-run", "seed=-5"], ["seed: must be an integer >= 0, got -5"]),
+    (["train", "--dry-run", "trainer.batch_size=8", "data.candidates_per_step=4"],
+     ["data.candidates_per_step: 4 candidates per step is fewer than the trainer.batch_size=8"]),
     (["replay", "rollouts.parquet", "seed=-5"], ["seed: must be an integer >= 0, got -5"]),
     (["eval", "--dry-run", "eval=synthetic", "seed=-5"], ["seed: must be an integer >= 0, got -5"]),
 ])

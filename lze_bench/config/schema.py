@@ -94,6 +94,16 @@ class DataConfig:
             require(self.candidates_per_step > 0, "data.candidates_per_step", "must be > 0 or null")
 
 
+def check_candidates(data: DataConfig, trainer: TrainerConfig) -> None:
+    """The first round of a step offers `data.candidates_per_step` prompts (step_rounds.py): fewer than
+    `trainer.batch_size` would leave a one-round selector (uniform, lze, ...) training on fewer prompts than the
+    batch size says, and the comparison's budgets unequal."""
+    count, batch = data.candidates_per_step, trainer.batch_size
+    require(count is None or count >= batch, "data.candidates_per_step",
+            f"{count} candidates per step is fewer than the trainer.batch_size={batch} prompts a step trains; "
+            "set it >= trainer.batch_size, or null for the selector's own number")
+
+
 @dataclass
 class ModelConfig:
     """A policy: a tiny architecture built by lze-bench, or a Hugging Face id/path.
@@ -157,6 +167,7 @@ class TrainConfig:
         check_seed(self.seed)
         check_device(self.device)
         check_loggers(self.logger)
+        check_candidates(self.data, self.trainer)
 
 
 @dataclass
