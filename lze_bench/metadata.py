@@ -110,11 +110,13 @@ class PromptMetadata:
             meta.add(name, values, f"task {task_name}")
         path = getattr(selector_cfg, "labels", None)
         if path:
-            meta.add_labels(path, rows)
+            added = meta.add_labels(path, rows)
+            _check_labels_read(path, added, selector_cfg)
         return meta
 
-    def add_labels(self, path: str, rows: list[dict] | None = None) -> None:
-        """Read a labels file (module docstring); its columns replace the dataset's of the same name."""
+    def add_labels(self, path: str, rows: list[dict] | None = None) -> list[str]:
+        """Read a labels file (module docstring); its columns replace the dataset's of the same name. Returns
+        the names of its columns."""
         where = f"selector.labels={path}"
         try:
             record = json.loads(Path(path).read_text())
@@ -146,6 +148,7 @@ class PromptMetadata:
                 raise LzeBenchError(f"{where}: column {name!r} must be a flat list of finite numbers")
             self.add(name, array, f"selector.labels={path}", float(flops or 0.0))
         self.label_source = str(record.get("source") or "")
+        return list(columns)
 
     def require(self, names, selector: str) -> dict[str, np.ndarray]:
         """The columns a selector reads, or one line naming the missing one and the columns there are."""
@@ -182,6 +185,20 @@ class PromptMetadata:
             atomic_write_json(run_dir / OFFLINE_FILE, {
                 "predictor": "labels", "labels": sources, "source": getattr(self, "label_source", ""),
                 "flops": {"labeling": total, "total": total}})
+
+
+def _check_labels_read(path: str, added: list[str], selector_cfg) -> None:
+    """A labels file none of whose columns the selector reads would be ignored without a word (a misspelt
+    column name: the selector then reads the task's own column of that name), so it is refused."""
+    from lze_bench.registry import SELECTORS
+
+    cls = SELECTORS.get(str(getattr(selector_cfg, "name", "")))
+    read = list(cls.metadata_columns(selector_cfg)) if cls is not None else []
+    if read and not set(read) & set(added):
+        expected = ", ".join(repr(name) for name in read)
+        raise LzeBenchError(f"selector.labels={path}: has column(s) {', '.join(map(repr, added))}, but selector="
+                            f"{selector_cfg.name} reads {expected}; rename the file's column to {expected}, or point "
+                            "the selector's column key (selector.column / selector.columns) at one of the file's")
 
 
 def read_columns(run_dir) -> dict[str, np.ndarray]:
