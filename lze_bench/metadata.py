@@ -190,10 +190,16 @@ class PromptMetadata:
 def _check_labels_read(path: str, added: list[str], selector_cfg) -> None:
     """A labels file none of whose columns the selector reads would be ignored without a word (a misspelt
     column name: the selector then reads the task's own column of that name), so it is refused."""
+    from omegaconf import OmegaConf
+
+    import lze_bench.selectors  # noqa: F401  (registers them)
     from lze_bench.registry import SELECTORS
 
     cls = SELECTORS.get(str(getattr(selector_cfg, "name", "")))
-    read = list(cls.metadata_columns(selector_cfg)) if cls is not None else []
+    if cls is None:
+        return
+    # the selector's defaults under what was given (a caller may pass only the keys it sets)
+    read = list(cls.metadata_columns(OmegaConf.merge(OmegaConf.structured(cls.Config), selector_cfg)))
     if read and not set(read) & set(added):
         expected = ", ".join(repr(name) for name in read)
         raise LzeBenchError(f"selector.labels={path}: has column(s) {', '.join(map(repr, added))}, but selector="
