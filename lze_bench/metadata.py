@@ -94,6 +94,7 @@ class PromptMetadata:
         self.columns: dict[str, np.ndarray] = {}
         self.sources: dict[str, str] = {}
         self.flops: dict[str, float] = {}  # per labels file: its declared cost, charged once per run
+        self.labels: tuple[str, list[str]] | None = None  # (the labels file, its column names) when one was read
 
     def add(self, name: str, values, source: str, flops: float = 0.0) -> None:
         values = np.asarray(values)
@@ -110,13 +111,11 @@ class PromptMetadata:
             meta.add(name, values, f"task {task_name}")
         path = getattr(selector_cfg, "labels", None)
         if path:
-            added = meta.add_labels(path, rows)
-            _check_labels_read(path, added, selector_cfg)
+            meta.add_labels(path, rows)
         return meta
 
-    def add_labels(self, path: str, rows: list[dict] | None = None) -> list[str]:
-        """Read a labels file (module docstring); its columns replace the dataset's of the same name. Returns
-        the names of its columns."""
+    def add_labels(self, path: str, rows: list[dict] | None = None) -> None:
+        """Read a labels file (module docstring); its columns replace the dataset's of the same name."""
         where = f"selector.labels={path}"
         try:
             record = json.loads(Path(path).read_text())
@@ -148,10 +147,19 @@ class PromptMetadata:
                 raise LzeBenchError(f"{where}: column {name!r} must be a flat list of finite numbers")
             self.add(name, array, f"selector.labels={path}", float(flops or 0.0))
         self.label_source = str(record.get("source") or "")
-        return list(columns)
+        self.labels = (path, list(columns))
 
     def require(self, names, selector: str) -> dict[str, np.ndarray]:
-        """The columns a selector reads, or one line naming the missing one and the columns there are."""
+        """The columns a selector reads, or one line naming the missing one and the columns there are.
+
+        A labels file none of whose columns the selector reads is refused too: it would be ignored without a
+        word (a misspelt column name: the selector then reads the task's own column of that name)."""
+        if self.labels is not None and names and not set(names) & set(self.labels[1]):
+            path, have = self.labels
+            expected = ", ".join(map(repr, names))
+            raise LzeBenchError(f"selector.labels={path}: has column(s) {', '.join(map(repr, have))}, but selector="
+                                f"{selector} reads {expected}; rename the file's column to {expected}, or point the "
+                                "selector's column key (selector.column / selector.columns) at one of the file's")
         for name in names:
             if name not in self.columns:
                 have = ", ".join(sorted(self.columns)) or "none"
@@ -185,26 +193,6 @@ class PromptMetadata:
             atomic_write_json(run_dir / OFFLINE_FILE, {
                 "predictor": "labels", "labels": sources, "source": getattr(self, "label_source", ""),
                 "flops": {"labeling": total, "total": total}})
-
-
-def _check_labels_read(path: str, added: list[str], selector_cfg) -> None:
-    """A labels file none of whose columns the selector reads would be ignored without a word (a misspelt
-    column name: the selector then reads the task's own column of that name), so it is refused."""
-    from omegaconf import OmegaConf
-
-    import lze_bench.selectors  # noqa: F401  (registers them)
-    from lze_bench.registry import SELECTORS
-
-    cls = SELECTORS.get(str(getattr(selector_cfg, "name", "")))
-    if cls is None:
-        return
-    # the selector's defaults under what was given (a caller may pass only the keys it sets)
-    read = list(cls.metadata_columns(OmegaConf.merge(OmegaConf.structured(cls.Config), selector_cfg)))
-    if read and not set(read) & set(added):
-        expected = ", ".join(repr(name) for name in read)
-        raise LzeBenchError(f"selector.labels={path}: has column(s) {', '.join(map(repr, added))}, but selector="
-                            f"{selector_cfg.name} reads {expected}; rename the file's column to {expected}, or point "
-                            "the selector's column key (selector.column / selector.columns) at one of the file's")
 
 
 def read_columns(run_dir) -> dict[str, np.ndarray]:
