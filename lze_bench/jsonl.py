@@ -16,8 +16,13 @@ from lze_bench.errors import LzeBenchError
 
 def iter_objects(path: str | Path, expected: str = "a JSON object") -> Iterator[tuple[int, dict]]:
     """(line number, record) for every non-blank line; `expected` describes a valid line in errors."""
-    with open(path, encoding="utf-8") as handle:
-        for number, text in enumerate(handle, start=1):
+    with open(path, "rb") as handle:  # bytes: a line that is not UTF-8 is named by its number, not a traceback
+        for number, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise LzeBenchError(f"{path}:{number}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column "
+                                    f"{exc.start + 1}); save the file as UTF-8") from None
             if not text.strip():
                 continue
             try:

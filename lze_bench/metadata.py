@@ -94,6 +94,7 @@ class PromptMetadata:
         self.columns: dict[str, np.ndarray] = {}
         self.sources: dict[str, str] = {}
         self.flops: dict[str, float] = {}  # per labels file: its declared cost, charged once per run
+        self.labels: tuple[str, list[str]] | None = None  # (the labels file, its column names) when one was read
 
     def add(self, name: str, values, source: str, flops: float = 0.0) -> None:
         values = np.asarray(values)
@@ -146,9 +147,19 @@ class PromptMetadata:
                 raise LzeBenchError(f"{where}: column {name!r} must be a flat list of finite numbers")
             self.add(name, array, f"selector.labels={path}", float(flops or 0.0))
         self.label_source = str(record.get("source") or "")
+        self.labels = (path, list(columns))
 
     def require(self, names, selector: str) -> dict[str, np.ndarray]:
-        """The columns a selector reads, or one line naming the missing one and the columns there are."""
+        """The columns a selector reads, or one line naming the missing one and the columns there are.
+
+        A labels file none of whose columns the selector reads is refused too: it would be ignored without a
+        word (a misspelt column name: the selector then reads the task's own column of that name)."""
+        if self.labels is not None and names and not set(names) & set(self.labels[1]):
+            path, have = self.labels
+            expected = ", ".join(map(repr, names))
+            raise LzeBenchError(f"selector.labels={path}: has column(s) {', '.join(map(repr, have))}, but selector="
+                                f"{selector} reads {expected}; rename the file's column to {expected}, or point the "
+                                "selector's column key (selector.column / selector.columns) at one of the file's")
         for name in names:
             if name not in self.columns:
                 have = ", ".join(sorted(self.columns)) or "none"

@@ -130,6 +130,12 @@ def test_cfg_prints_every_key_of_the_resolved_config():
     (["train", "--dry-run", "hydra.run.dir=out"], ["hydra.run.dir", "run_dir="]),
     (["sweep", "--dry-run", "seed=glob(1*)"], ["seed=glob(1*)", "options of a config group"]),
     (["sweep", "--dry-run", "selector=glob(zz*)"], ["matches no selector", "lze"]),
+    (["train", "--dry-run", "trainer.n_samples=1"], ["trainer.n_samples: GRPO group advantages need >= 2", "got 1"]),
+    (["train", "--dry-run", "seed=-5"], ["seed: must be an integer >= 0, got -5"]),
+    (["train", "--dry-run", "trainer.batch_size=8", "data.candidates_per_step=4"],
+     ["data.candidates_per_step: 4 candidates per step is fewer than the trainer.batch_size=8"]),
+    (["replay", "rollouts.parquet", "seed=-5"], ["seed: must be an integer >= 0, got -5"]),
+    (["eval", "--dry-run", "eval=synthetic", "seed=-5"], ["seed: must be an integer >= 0, got -5"]),
 ])
 def test_each_cli_mistake_is_one_line_on_stderr_and_exit_2(args, needles):
     # --dry-run where it parses: a mistake that slipped through would print a config, not start a run

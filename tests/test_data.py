@@ -184,3 +184,12 @@ def test_unknown_benchmark_suggests_a_name():
 def test_synthetic_benchmark_loads_from_the_task():
     rows = load_benchmark("synthetic", limit=5)
     assert len(rows) == 5 and all(r["problem"] and r["answer"] for r in rows)
+
+
+def test_a_line_that_is_not_utf8_names_file_and_line(tmp_path):
+    """What `lze-bench eval` reads a benchmark's JSONL through (lze_bench.jsonl): one line, not a traceback."""
+    path = _write(tmp_path, "gsm8k", [GOOD_GSM8K])
+    path.write_bytes(path.read_bytes() + b'{"question": "\xc3(", "answer": "#### 2"}\n')
+    with pytest.raises(LzeBenchError) as info:
+        load_benchmark("gsm8k", root=str(tmp_path))
+    assert str(info.value).startswith(f"{path}:2: not UTF-8 (byte 0xc3 at column 15)")

@@ -77,3 +77,12 @@ def test_bad_gold_and_bad_json_are_reported(tmp_path):
 def test_missing_file(tmp_path):
     result = CliRunner().invoke(app, ["grade", str(tmp_path / "nope.jsonl")])
     assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_a_line_that_is_not_utf8_is_one_line_naming_file_and_line(tmp_path):
+    predictions = tmp_path / "preds.jsonl"
+    predictions.write_bytes(json.dumps(ROWS[0]).encode() + b'\n{"response": "caf\xe9", "gold": 1}\n')
+    result = CliRunner().invoke(app, ["grade", str(predictions)])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert f"{predictions}:2: not UTF-8 (byte 0xe9 at column 18); save the file as UTF-8" in lines[0]

@@ -164,3 +164,21 @@ def test_labels_made_for_other_data_are_refused_in_one_line(tmp_path):
         PromptMetadata.for_run(rows, "synthetic", OmegaConf.create({"labels": str(path)}))
     path.write_text(json.dumps({"columns": {"difficulty": [1, 2, 3]}, "flops": 5.0, "train_fingerprint": fingerprint(rows)}))
     assert PromptMetadata.for_run(rows, "synthetic", OmegaConf.create({"labels": str(path)})).offline_flops(["difficulty"]) == 5.0
+
+
+def test_a_labels_file_without_the_column_the_selector_reads_is_refused_in_one_line(tmp_path):
+    """A misspelt column would leave adarft on the synthetic task's own `difficulty`, the file ignored."""
+    from typer.testing import CliRunner
+
+    from lze_bench.cli import app
+    from tiny_run import TINY_TRAIN
+
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps({"columns": {"dificulty": [50.0] * 64}, "flops": None}))
+    result = CliRunner().invoke(app, ["train", *TINY_TRAIN, f"backend.cache_dir={tmp_path / 'cache'}",
+                                      "trainer.steps=1", "selector=adarft", f"selector.labels={labels}",
+                                      f"run_dir={tmp_path / 'run'}"])
+    lines = [line for line in result.output.splitlines() if line.strip() and "━" not in line]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert f"selector.labels={labels}: has column(s) 'dificulty', but selector=adarft reads 'difficulty'" in lines[0]
+    assert not (tmp_path / "run" / "ledger.parquet").exists()

@@ -160,7 +160,6 @@ def test_kl_adds_reference_model_and_kl_loss(tmp_path):
     "extra, message",
     [
         (["trainer.batch_size=100"], "trainer.batch_size: 100 prompts x 8 samples = 800 must be divisible"),
-        (["trainer.n_samples=1"], "trainer.n_samples: GRPO group advantages need >= 2"),
         (["backend.vllm_tensor_parallel_size=3"], "backend.vllm_tensor_parallel_size: 3 must divide the 8 GPUs"),
         (["trainer.max_new_tokens=4096"], "backend.max_len: 4096 must exceed trainer.max_new_tokens=4096"),
         (["backend.colocate_all=false"], "sleep modes need backend.colocate_all=true"),

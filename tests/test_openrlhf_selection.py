@@ -296,6 +296,43 @@ def test_a_damaged_replay_store_fails_the_resume_in_one_line_and_is_left_as_is(t
     assert path.read_bytes() == damaged and list(read_ledger(run)["step"]) == [0]  # nothing cut back either
 
 
+class Planted:
+    """An object whose unpickling creates `marker` (as a planted file could run anything)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+@pytest.mark.parametrize("kind", ["replay_store", "pending"])
+def test_a_planted_replay_store_or_held_groups_file_is_refused_in_one_line_and_runs_nothing(tmp_path, kind):
+    """The trainer actor's resume reads these with torch.load(weights_only=True) (lze_bench.state_file)."""
+    import torch
+
+    run = tmp_path / "run"
+    spec = yaml.safe_load(RECIPE.read_text())
+    cfg = compose("train", [*spec["overrides"], "selector=uniform", "seed=0", f"run_dir={run}", "trainer.steps=3",
+                            "trainer.checkpoint_every=1", "trainer.batch_size=4", "backend.rollout_store_groups=8"])
+    ctx = RunContext(cfg, num_prompts=30, flops=FlopModel(1, 1, 1))
+    _, record = run_step(ctx.driver, make_rollout(lambda i: (i % 5) / 4))
+    ctx.write_step(record, STATUS)
+    ctx.save_selector_state(1)
+    position, marker = ctx.client_state(), tmp_path / "marker"
+    if kind == "pending":  # as if a selector had held one group (SPEED)
+        position["pending"] = 1
+    path = run / kind / "step_000001.pt"
+    path.parent.mkdir(exist_ok=True)
+    torch.save({"capacity": 8, "groups": [Planted(marker)]} if kind == "replay_store" else [Planted(marker)], path)
+    with pytest.raises(LzeBenchError) as caught:
+        RunContext(cfg, num_prompts=30, flops=FlopModel(1, 1, 1)).restore({"global_step": 1, "lze": position})
+    message = str(caught.value)
+    assert not marker.exists() and "\n" not in message
+    assert message.startswith(f"{path} names io.open, which loading would run; it was not loaded")
+    assert list(read_ledger(run)["step"]) == [0]  # nothing cut back
+
+
 def test_a_preemption_warning_checkpoints_the_step_just_written_and_stops(tmp_path):
     """The PREEMPT marker (written by the job's rank 0 on Slurm's warning signal, lze_bench.preemption): the
     step just written is checkpointed although none is due, and no further step starts."""

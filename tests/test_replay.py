@@ -419,3 +419,12 @@ def test_replaying_a_pods_run_gives_back_its_own_rollout_choices(tmp_path):
     row = pd.read_csv(tmp_path / "reports" / "pods" / "table3.csv").set_index("label").loc["pods"]
     assert (row["generated_per_step"], row["trained_per_step"]) == (ledger["samples"].mean(),
                                                                     ledger["responses_trained"].mean())
+
+
+def test_a_log_line_that_is_not_utf8_fails_in_one_line(tmp_path):
+    log = tmp_path / "latin1.jsonl"
+    log.write_bytes(SMALL.read_bytes().replace(b"\n", b' \xff\n', 2).replace(b' \xff\n', b"\n", 1))
+    result = replay(log, "selector=uniform")
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert f"{log}:2: not UTF-8 (byte 0xff at column" in lines[0]

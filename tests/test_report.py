@@ -507,3 +507,44 @@ def test_report_shows_the_most_cut_eval_point_per_benchmark(tmp_path):
     assert used.loc["math500", ["cut_response_frac", "cut_prompt_frac"]].isna().all()
     text = (out / "report.md").read_text()
     assert "most cut (answers / prompts)" in text and "| 50% / 0% |" in text and "| - |" in text
+
+
+def test_runs_that_differ_in_more_than_selector_and_seed_are_refused_in_one_line(tmp_path):
+    """A folder of runs where lze also had another learning rate and batch size: no paired delta is printed."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from lze_bench.cli import app
+
+    root = tmp_path / "runs"
+    settings = {"uniform": {"lr": 3e-5, "batch_size": 16}, "lze": {"lr": 1e-3, "batch_size": 8}}
+    settings["dapo"] = settings["uniform"]
+    for selector, seed in HELDOUT:
+        run_dir = make_run(root, selector, seed)
+        atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(
+            {"selector": {"name": selector}, "seed": seed, "trainer": {**settings[selector], "steps": 4},
+             "task": {"name": "synthetic", "num_train": 64}, "run_dir": str(run_dir)}))
+    result = CliRunner().invoke(app, ["report", str(root), "--out-root", str(tmp_path / "out")])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "trainer.batch_size (16 vs 8), trainer.lr (3e-05 vs 0.001)" in lines[0]
+    assert "not only in selector and seed" in lines[0] and not any(p.is_file() for p in (tmp_path / "out").rglob("*"))
+    settings["lze"] = settings["uniform"]  # the same settings (run_dir and seed differ anyway): reported
+    for selector, seed in HELDOUT:
+        atomic_write_text(root / f"{selector}-s{seed}" / "config.yaml", yaml.safe_dump(
+            {"selector": {"name": selector}, "seed": seed, "trainer": {**settings[selector], "steps": 4},
+             "run_dir": str(root / f"{selector}-s{seed}")}))
+    assert build(root)["table3"]["label"].tolist()
+
+
+def test_a_sweeps_own_axes_may_differ_between_runs_but_nothing_else():
+    from lze_bench.report.comparable import check_comparable
+
+    def cfg(selector, lr, steps=4):
+        return {"selector": {"name": selector, "keep_ratio": 0.5}, "trainer": {"lr": lr, "steps": steps}}
+
+    swept = [(Path(f"r{i}"), {"trainer.lr": lr}, cfg(sel, lr)) for i, (sel, lr) in
+             enumerate([("uniform", 0.1), ("lze", 0.1), ("uniform", 0.2), ("lze", 0.2)])]
+    check_comparable(swept)  # lr is an axis (it labels the runs apart); selector keys are the selector's own
+    with pytest.raises(LzeBenchError, match=r"runs r0 and r4 differ in trainer.steps \(4 vs 8\)"):
+        check_comparable(swept + [(Path("r4"), {"trainer.lr": 0.1}, cfg("lze", 0.1, steps=8))])

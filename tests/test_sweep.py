@@ -159,6 +159,8 @@ def test_local_sweep_skips_done_reports_failure_and_resubmits(tmp_path):
     failed = data["jobs"]["s1"]
     assert failed["status"] == "failed" and failed["attempts"] == 1 and failed["error"]
     assert (sweep_dir / "submitit" / f"{failed['job_id']}_0_log.err").exists()
+    outcome = json.loads((sweep_dir / "submitit" / f"{failed['job_id']}_0_outcome.json").read_text())
+    assert outcome["outcome"] == "error" and failed["error"] in outcome["error"]  # the traceback's last line
     with pytest.raises(LzeBenchError, match="1 of 2 jobs failed"):
         run_sweep(plan, wait=True, poll_s=0.2)
     data = load_manifest(sweep_dir)
@@ -167,6 +169,45 @@ def test_local_sweep_skips_done_reports_failure_and_resubmits(tmp_path):
     assert data["pairs"] and data["launcher"]["name"] == "local"
     watched = runner.invoke(app, ["sweep", "status", str(sweep_dir), "--watch", "--every=0.1"])  # all final: returns
     assert watched.exit_code == 0 and "1 done" in watched.output and "1 failed" in watched.output
+
+
+class Planted:
+    """An object whose unpickling creates `marker` (as a planted file could run anything)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def test_status_never_unpickles_a_result_and_reads_the_jobs_outcome_file(tmp_path):
+    """A planted submitit result pickle runs nothing: status reads the job's own JSON outcome file, and of the
+    pickle only that it exists (the job ended)."""
+    import pickle
+
+    from lze_bench.sweep.manifest import save_manifest
+
+    plan = plan_jobs(SweepSpec(), ["seed=0,1", "trainer.steps=2"], tmp_path, name="t")
+    data = merge_plan(new_manifest(plan, []), plan)
+    data["jobs"]["s0"]["job_id"], data["jobs"]["s1"]["job_id"] = "900", "901"
+    save_manifest(tmp_path, data)
+    marker = tmp_path / "marker"
+    (tmp_path / "submitit").mkdir()
+    for job_id in ("900", "901"):
+        (tmp_path / "submitit" / f"{job_id}_0_result.pkl").write_bytes(pickle.dumps(("error", Planted(marker))))
+    (tmp_path / "submitit" / "901_0_outcome.json").write_text(json.dumps(
+        {"outcome": "error", "error": "Traceback ...\nlze_bench.errors.LzeBenchError: the model is missing\n"}))
+    result = runner.invoke(app, ["sweep", "status", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert not marker.exists() and "2 failed" in result.output
+    s0, s1 = data["jobs"]["s0"], data["jobs"]["s1"]
+    assert derive_status(tmp_path, s0, {}) == (
+        "failed", "the job ended without 900_0_outcome.json (its submitit 900_0_result.pkl is not unpickled: it "
+                  "could run code); see submitit/900_0_log.err")
+    assert derive_status(tmp_path, s1, {"901": "running"}) == (
+        "failed", "lze_bench.errors.LzeBenchError: the model is missing")
+    assert not marker.exists()
 
 
 def test_cli_dry_run_lists_jobs_and_sbatch_script(tmp_path):

@@ -229,6 +229,41 @@ def test_a_damaged_file_fails_the_resume_in_one_line_and_is_left_as_is(tmp_path,
     assert path.read_bytes() == damaged
 
 
+class Planted:
+    """An object whose unpickling creates `marker` (as a planted file could run anything)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+@pytest.mark.parametrize("name", ["trainer_state.pt", "rollout_store.pt"])
+@pytest.mark.parametrize("writer", ["torch.save", "pickle.dump"])
+def test_a_planted_state_file_is_refused_in_one_line_and_runs_nothing(tmp_path, cache_dir, resumable_run, name,
+                                                                     writer):
+    """Resume reads the checkpoint's state files with torch.load(weights_only=True) (lze_bench.state_file)."""
+    import pickle
+
+    import torch
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(resumable_run, run_dir)
+    path, marker = run_dir / "checkpoints" / "step_000002" / name, tmp_path / "marker"
+    state = {"optimizer": Planted(marker), "groups": [Planted(marker)]}
+    with path.open("wb") as handle:
+        torch.save(state, handle) if writer == "torch.save" else pickle.dump(state, handle)
+    planted = path.read_bytes()
+    line = one_error_line(train(run_dir, cache_dir, *RESUMABLE))
+    assert not marker.exists()
+    assert line.startswith(f"error: {path} ") and "which loading would run; it was not loaded" in line
+    if writer == "torch.save":  # protocol 2 names the callable; pickle's protocol 4 opcode is refused unread
+        assert f"{path} names io.open" in line
+    assert "to resume from the checkpoint before it, or start the run over" in line
+    assert path.read_bytes() == planted and read_ledger(run_dir)["step"].tolist() == [0, 1, 2]  # nothing cut back
+
+
 def test_warm_start_is_shared_by_selectors_and_seeds(tmp_path, cache_dir):
     dirs = set()
     for extra in (["seed=1"], ["seed=2", "selector=lze"]):

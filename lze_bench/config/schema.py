@@ -27,6 +27,11 @@ def require(condition: bool, key: str, message: str) -> None:
         raise LzeBenchError(f"{key}: {message}")
 
 
+def check_seed(value: int, key: str = "seed") -> None:
+    """NumPy's seeded generators (default_rng([seed, ...]): data order, selector rngs) take no negative seed."""
+    require(value >= 0, key, f"must be an integer >= 0, got {value}")
+
+
 def check_device(value: str, key: str = "device") -> None:
     require(bool(_DEVICE.match(str(value))), key, f"unknown device {value!r}; use cpu, cuda, cuda:N or auto")
 
@@ -67,6 +72,9 @@ class TrainerConfig:
         for key in ("flop_budget", "eval_every_flops", "checkpoint_every_flops"):
             value = getattr(self, key)
             require(value is None or value > 0, f"trainer.{key}", f"must be > 0 FLOPs or null (off), got {value}")
+        # a group's advantages are its rewards minus their mean over the group: one sample has none to learn from
+        require(self.n_samples >= 2, "trainer.n_samples",
+                f"GRPO group advantages need >= 2 samples per prompt, got {self.n_samples}")
         require(self.lr > 0, "trainer.lr", f"must be > 0, got {self.lr}")
         require(self.temperature > 0, "trainer.temperature", f"must be > 0, got {self.temperature}")
         require(0 < self.top_p <= 1, "trainer.top_p", f"must be in (0, 1], got {self.top_p}")
@@ -84,6 +92,16 @@ class DataConfig:
     def __post_init__(self):
         if self.candidates_per_step is not None:
             require(self.candidates_per_step > 0, "data.candidates_per_step", "must be > 0 or null")
+
+
+def check_candidates(data: DataConfig, trainer: TrainerConfig) -> None:
+    """The first round of a step offers `data.candidates_per_step` prompts (step_rounds.py): fewer than
+    `trainer.batch_size` would leave a one-round selector (uniform, lze, ...) training on fewer prompts than the
+    batch size says, and the comparison's budgets unequal."""
+    count, batch = data.candidates_per_step, trainer.batch_size
+    require(count is None or count >= batch, "data.candidates_per_step",
+            f"{count} candidates per step is fewer than the trainer.batch_size={batch} prompts a step trains; "
+            "set it >= trainer.batch_size, or null for the selector's own number")
 
 
 @dataclass
@@ -146,8 +164,10 @@ class TrainConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     def __post_init__(self):
+        check_seed(self.seed)
         check_device(self.device)
         check_loggers(self.logger)
+        check_candidates(self.data, self.trainer)
 
 
 @dataclass
@@ -172,6 +192,9 @@ class ReplayConfig:
     selector: Any = MISSING
     replay: ReplayOptions = field(default_factory=ReplayOptions)
     seed: int = 0
+
+    def __post_init__(self):
+        check_seed(self.seed)
 
 
 def _register() -> None:

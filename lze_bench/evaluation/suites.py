@@ -31,7 +31,7 @@ from typing import Any, List, Optional
 
 from omegaconf import MISSING
 
-from lze_bench.config.schema import DataConfig, ModelConfig, check_device, require
+from lze_bench.config.schema import DataConfig, ModelConfig, check_device, check_seed, require
 from lze_bench.launchers import LauncherConfig
 
 GENERATION_BACKENDS = ("hf", "vllm")
@@ -203,6 +203,7 @@ class EvalConfig:
     out_dir: Optional[str] = None  # null: <run>/evals/<checkpoint>/ or runs/eval/<model>-<suite>/
 
     def __post_init__(self):
+        check_seed(self.seed)
         check_device(self.device)
         if self.limit is not None:
             require(self.limit >= 1, "limit", f"must be >= 1 or null, got {self.limit}")

@@ -9,6 +9,9 @@ Choices where the sources are silent:
   folder is searched (two levels deep) for run directories (ledger.parquet).
   Only finished runs (DONE) are reported; unfinished ones are named in a warning,
   so a half-done sweep never mixes partial curves into final numbers;
+* runs that differ in a setting besides selector, seed and the sweep's axes are
+  refused in one line naming the keys (report/comparable.py): a paired delta
+  between them would mix in that setting;
 * a run's *label* (one line, one colour, one table row) is its selector, plus its
   other grid values when the sweep varied more than selector and seed
   (`lze-lr0.001`); seeds of one label are averaged;
@@ -44,6 +47,7 @@ import pandas as pd
 
 from lze_bench.errors import LzeBenchError, damaged_file
 from lze_bench.ledger import LEDGER_FILE, read_ledger, read_rollouts
+from lze_bench.report.comparable import check_comparable
 from lze_bench.report.offline import offline_flops
 from lze_bench.rundir import CONFIG, DONE, is_done
 
@@ -93,7 +97,7 @@ def load_runs(root: str | Path) -> list[Run]:
     root = Path(root)
     if not root.is_dir():
         raise LzeBenchError(f"{str(root)!r} is not a directory; pass a sweep directory or a folder of run directories")
-    runs, unfinished = [], []
+    runs, unfinished, configs = [], [], []
     for run_dir, axes in discover(root):
         if not is_done(run_dir) or not (run_dir / LEDGER_FILE).exists():
             unfinished.append(run_dir.name)
@@ -105,6 +109,7 @@ def load_runs(root: str | Path) -> list[Run]:
         ledger["train_time_s"] = (ledger["time_step_s"] - ledger["time_eval_s"]).cumsum()
         gpus, threads = hardware(cfg)
         runs.append(Run(_label(axes, selector), selector, seed, run_dir, ledger, _read_done(run_dir), gpus, threads))
+        configs.append((run_dir, {k: v for k, v in axes.items() if k not in ("seed", "selector")}, cfg))
     if unfinished:
         log.warning("left out %d unfinished run(s) (no DONE): %s", len(unfinished), ", ".join(unfinished))
     if not runs:
@@ -116,6 +121,7 @@ def load_runs(root: str | Path) -> list[Run]:
             raise LzeBenchError(f"runs {seen[key]} and {run.run_dir} are both {run.label} seed {run.seed}; "
                                 "report one of them (move the other out of the folder)")
         seen[key] = run.run_dir
+    check_comparable(configs)  # before any delta: runs that differ in more than selector and seed are refused
     return runs
 
 

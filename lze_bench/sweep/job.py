@@ -12,12 +12,18 @@ when it starts has the hash the sweep planned (see `_check_config`).
 
 Multi-node jobs (launcher.nodes > 1) run one task per node; each task calls the
 backend, which starts its own Ray cluster when it sees a Slurm job (OpenRLHF).
+
+Each call records how it ended in `submitit/<job>_<task>_outcome.json`
+(`recorded_outcome`): `sweep status` reads that JSON, never submitit's result
+pickle, which it would have to unpickle (lze_bench/sweep/manifest.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import traceback
 from pathlib import Path
 
 from submitit.helpers import Checkpointable, DelayedSubmission
@@ -35,6 +41,36 @@ def _job_id() -> str:
         return f"pid {os.getpid()}"
 
 
+def _outcome_file() -> Path | None:
+    """Where this job task records its outcome (next to submitit's result pickle); None outside a submitit job."""
+    try:
+        from submitit import JobEnvironment
+
+        env = JobEnvironment()
+        from lze_bench.sweep.manifest import outcome_path
+
+        return outcome_path(env.paths.folder, env.job_id, env.global_rank)
+    except (RuntimeError, KeyError):  # not inside a submitit job (a direct call)
+        return None
+
+
+@contextlib.contextmanager
+def recorded_outcome():
+    """Write the outcome file when the call returns ("success") or raises ("error", with the traceback), as
+    submitit pickles its result; a requeue (preemption, time-out) exits past it and records nothing."""
+    from lze_bench.rundir import atomic_write_json
+
+    path = _outcome_file()
+    try:
+        yield
+    except Exception:
+        if path is not None:
+            atomic_write_json(path, {"outcome": "error", "error": traceback.format_exc()})
+        raise
+    if path is not None:
+        atomic_write_json(path, {"outcome": "success"})
+
+
 class TrainJob(Checkpointable):
     """`lze-bench train <overrides> run_dir=<run_dir>`, as a picklable callable."""
 
@@ -44,6 +80,10 @@ class TrainJob(Checkpointable):
         self.config_hash = config_hash  # as planned by the sweep; None: not checked
 
     def __call__(self) -> dict:
+        with recorded_outcome():
+            return self._train()
+
+    def _train(self) -> dict:
         from lze_bench.rundir import is_done
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -104,6 +144,10 @@ class EvalJob(Checkpointable):
         self.settings_key = settings_key
 
     def __call__(self) -> dict:
+        with recorded_outcome():
+            return self._evaluate()
+
+    def _evaluate(self) -> dict:
         from lze_bench.config import compose, to_objects
         from lze_bench.errors import LzeBenchError
         from lze_bench.evaluation.runner import run_eval

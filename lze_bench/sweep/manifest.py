@@ -12,20 +12,28 @@ seen as it is:
 1. `done`       its results exist: a training job's run dir has DONE (the backend
                 writes it last); an eval job's (`kind: eval`, lze_bench/sweep/evals.py)
                 checkpoints each have every benchmark's result with its settings key;
-2. `failed`     submitit's result pickle holds an error (the traceback's last line is
-                kept), or the job left the scheduler without a result (killed,
-                cancelled, out of memory, node failure), or it returned without them;
+2. `failed`     the job recorded an error in its outcome file (the traceback's last
+                line is kept), or it ended without its results: it returned, or
+                submitit wrote its result pickle, or it left the scheduler without
+                a result (killed, cancelled, out of memory, node failure);
 3. `queued` / `running`   the scheduler still has it (squeue for Slurm; the
                 controller process for the local executor);
 4. `unknown`    the scheduler could not be asked (squeue failed);
 5. `new`        never submitted.
+
+Status never unpickles submitit's `<job>_0_result.pkl`: a sweep directory on a
+shared filesystem may hold a planted pickle, and unpickling runs what it names.
+The jobs (lze_bench/sweep/job.py) write `<job>_<task>_outcome.json` next to it,
+with "success" or "error" and the traceback, when their call returns or raises;
+the pickle is only looked at for whether it exists (the job ended), e.g. for a
+job submitted by an lze-bench older than the outcome file, or one whose call
+never started.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import pickle
 import time
 from pathlib import Path
 
@@ -123,21 +131,30 @@ def runs_of(root: str | os.PathLike) -> list[tuple[Path, dict]]:
 
 
 def result_pickle(sweep_dir: str | os.PathLike, job_id: str) -> Path:
-    """submitit's result file of task 0 (JobPaths naming: <job_id>_0_result.pkl)."""
+    """submitit's result file of task 0 (JobPaths naming: <job_id>_0_result.pkl); never unpickled here."""
     return Path(sweep_dir) / SUBMITIT / f"{job_id}_0_result.pkl"
 
 
-def read_result(sweep_dir: str | os.PathLike, job_id: str) -> tuple[str, object] | None:
-    """("success", value) or ("error", traceback text) from submitit's pickle; None if absent."""
-    path = result_pickle(sweep_dir, job_id)
-    if not path.exists():
-        return None
-    try:
-        with path.open("rb") as handle:
-            outcome, value = pickle.load(handle)
-    except Exception as exc:  # a half-written or foreign pickle
-        return "error", f"unreadable result {path.name}: {exc}"
-    return str(outcome), value
+def outcome_path(folder: str | os.PathLike, job_id: str, task: int = 0) -> Path:
+    """The outcome file a job writes into submitit's folder (job.recorded_outcome)."""
+    return Path(folder) / f"{job_id}_{int(task)}_outcome.json"
+
+
+def read_result(sweep_dir: str | os.PathLike, job_id: str) -> tuple[str, str] | None:
+    """("success", "") or ("error", traceback text) from the job's outcome file; ("error", why) when only
+    submitit's result pickle says it ended; None while neither exists."""
+    path = outcome_path(Path(sweep_dir) / SUBMITIT, job_id)
+    if path.exists():
+        try:
+            data = json.loads(path.read_text())
+            return str(data["outcome"]), str(data.get("error") or "")
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # half-written or foreign
+            return "error", f"unreadable outcome {path.name}: {exc}"
+    pickle_path = result_pickle(sweep_dir, job_id)
+    if pickle_path.exists():
+        return "error", (f"the job ended without {path.name} (its submitit {pickle_path.name} is not unpickled: "
+                         f"it could run code); see {SUBMITIT}/{job_id}_0_log.err")
+    return None
 
 
 def last_line(text: str) -> str:

@@ -92,7 +92,7 @@ class Features:
 
     def _all_embeddings(self) -> np.ndarray:
         if self.embeddings is None and self.path.exists():
-            self.embeddings = np.load(self.path)
+            self.embeddings = np.load(self.path, allow_pickle=False)
         if self.embeddings is not None and not self.embeddings_charged:
             self.flops += self.flop_model.forward([len(p) for p in self.prompts])  # rolled-back step: book again
             self.embeddings_charged = True

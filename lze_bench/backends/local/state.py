@@ -8,6 +8,10 @@ the HF policy + tokenizer, `trainer_state.pt` (optimizer, stream position,
 flags) and `rollout_store.pt`; the selector state goes to
 `selector_state/step_K.npz`. The `COMPLETE` marker is written last; a
 directory without it is ignored and overwritten.
+
+Both `.pt` files are read with lze_bench.state_file: torch.load(weights_only=True)
+allowing tensors, NumPy arrays and the run-state dataclasses only, so resuming
+never runs code that someone put in a run directory.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import shutil
 from pathlib import Path
 
 
+from lze_bench import state_file
 from lze_bench.errors import LzeBenchError, damaged_file
 from lze_bench.rollout_store import RolloutStore
 from lze_bench.rundir import checkpoint_dir, mark_checkpoint_complete, selector_state_path
@@ -27,16 +32,14 @@ ROLLOUT_STORE = "rollout_store.pt"
 
 def save_checkpoint(run_dir: Path, updates: int, model, tokenizer, optimizer, selector, store: RolloutStore,
                     trainer_state: dict) -> Path:
-    import torch
-
     from lze_bench.backends.local.model import save_policy
 
     target = checkpoint_dir(run_dir, updates)
     if target.exists():  # an incomplete leftover of a killed run
         shutil.rmtree(target)
     save_policy(model, tokenizer, target)
-    torch.save({"optimizer": optimizer.state_dict(), **trainer_state}, target / TRAINER_STATE)
-    torch.save({"capacity": store.capacity, "groups": list(store.groups.values())}, target / ROLLOUT_STORE)
+    state_file.save({"optimizer": optimizer.state_dict(), **trainer_state}, target / TRAINER_STATE)
+    state_file.save({"capacity": store.capacity, "groups": list(store.groups.values())}, target / ROLLOUT_STORE)
     state_path = selector_state_path(run_dir, updates)
     state_path.parent.mkdir(parents=True, exist_ok=True)
     save_state(state_path, selector.state_dict())
@@ -46,8 +49,6 @@ def save_checkpoint(run_dir: Path, updates: int, model, tokenizer, optimizer, se
 
 def load_checkpoint(run_dir: Path, updates: int, optimizer, selector, store: RolloutStore) -> dict:
     """Restore optimizer, selector and store in place; returns the trainer state dict."""
-    import torch
-
     source = checkpoint_dir(run_dir, updates)
     state = _torch_load(source / TRAINER_STATE, source)
     optimizer.load_state_dict(state.pop("optimizer"))
@@ -62,13 +63,12 @@ def load_checkpoint(run_dir: Path, updates: int, optimizer, selector, store: Rol
 
 
 def _torch_load(path: Path, checkpoint: Path):
-    """torch.load of a checkpoint file; a damaged one is one line saying how to resume without it."""
+    """A checkpoint's state file (state_file.load); a damaged or refused one is one line saying how to resume
+    without it."""
     import pickle
 
-    import torch
-
+    fix = f"delete {checkpoint} to resume from the checkpoint before it, or start the run over in another run_dir=PATH"
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        return state_file.load(path, fix)
     except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as exc:
-        raise damaged_file(path, exc, f"delete {checkpoint} to resume from the checkpoint before it, or start "
-                                      "the run over in another run_dir=PATH") from exc
+        raise damaged_file(path, exc, fix) from exc

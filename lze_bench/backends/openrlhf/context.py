@@ -250,22 +250,19 @@ class RunContext:
         return self.run_dir / REPLAY_STORE_DIR / f"step_{int(steps_done):06d}.pt"
 
     def _save_store(self, steps_done: int) -> None:
-        import torch
+        from lze_bench import state_file  # read back by torch.load(weights_only=True): no code runs on resume
 
-        path = self._store_path(steps_done)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        torch.save({"capacity": self.store.capacity, "groups": list(self.store.groups.values())}, tmp)
-        os.replace(tmp, path)
+        state_file.save({"capacity": self.store.capacity, "groups": list(self.store.groups.values())},
+                        self._store_path(steps_done))
 
     def _load_store(self, steps_done: int) -> None:
-        import torch
+        from lze_bench import state_file
 
         path = self._store_path(steps_done)
         if not path.exists():
             raise LzeBenchError(f"resume at step {steps_done}: missing replay store {path}; use a new run_dir")
         try:
-            groups = list(torch.load(path, map_location="cpu", weights_only=False)["groups"])
+            groups = list(state_file.load(path, run_file_fix(self.run_dir))["groups"])
         except (RuntimeError, EOFError, OSError, ValueError, KeyError, TypeError, pickle.UnpicklingError) as exc:
             # checked before the store changes, so a failed resume leaves both the file and the store as they were
             raise damaged_file(path, exc, run_file_fix(self.run_dir)) from exc
@@ -279,16 +276,12 @@ class RunContext:
     def _save_pending(self, steps_done: int) -> None:
         """The held groups (step_rounds.Held: our Group with its OpenRLHF samples, the selector's batch row, the
         rollouts still to generate) the next step starts from; a torch file, since the samples hold tensors."""
-        import torch
+        from lze_bench import state_file
 
-        path = self._pending_path(steps_done)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        torch.save(list(self.driver.pending), tmp)
-        os.replace(tmp, path)
+        state_file.save(list(self.driver.pending), self._pending_path(steps_done))
 
     def _load_pending(self, steps_done: int, expected: int) -> list:
-        import torch
+        from lze_bench import state_file
 
         if expected == 0:
             return []
@@ -296,7 +289,7 @@ class RunContext:
         if not path.exists():
             raise LzeBenchError(f"resume at step {steps_done}: missing held groups {path}; use a new run_dir")
         try:
-            return list(torch.load(path, map_location="cpu", weights_only=False))
+            return list(state_file.load(path, run_file_fix(self.run_dir)))
         except (RuntimeError, EOFError, OSError, ValueError, KeyError, TypeError, pickle.UnpicklingError) as exc:
             raise damaged_file(path, exc, run_file_fix(self.run_dir)) from exc
 

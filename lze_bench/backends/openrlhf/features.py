@@ -196,7 +196,7 @@ class ActorFeatures:
 
     def _all_embeddings(self) -> np.ndarray:
         if self.embeddings is None and self.path.exists():
-            embeddings = np.load(self.path)
+            embeddings = np.load(self.path, allow_pickle=False)
             if embeddings.ndim != 2 or embeddings.shape[0] != self.num_prompts:
                 raise LzeBenchError(f"{self.path} holds an array of shape {embeddings.shape}, not one row per "
                                     f"prompt of the {self.num_prompts} train prompts; delete it to recompute")
