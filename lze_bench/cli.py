@@ -379,26 +379,29 @@ def warmstart_ship(built: Path = typer.Argument(..., help="A built warm start: <
 @app.command()
 @friendly_errors
 def selectors():
-    """List the registered selectors, a one-line summary each, and their defaults."""
+    """List the registered selectors (built-in and plug-ins), where each comes from, and their defaults."""
     import dataclasses
 
     from rich.console import Console
     from rich.table import Table
 
-    import lze_bench.selectors  # noqa: F401  (registers them)
+    from lze_bench.plugins import PLUGINS, RECORDED_FIELDS, builtin_names, load_entry_points
     from lze_bench.registry import SELECTORS
 
-    table = Table(title="selectors (selector=NAME, override defaults as selector.KEY=VALUE)")
+    load_entry_points()
+    table = Table(title="selectors (selector=NAME or MODULE:CLASS, override defaults as selector.KEY=VALUE)")
     table.add_column("name", style="bold")
     table.add_column("summary")
     table.add_column("defaults")
+    table.add_column("from")
     for name in sorted(SELECTORS):
         cls = SELECTORS[name]
+    builtins = builtin_names()
         summary = (cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip().splitlines()[0]
-        defaults = ", ".join(
-            f"{f.name}={getattr(cls.Config(), f.name)!r}" for f in dataclasses.fields(cls.Config) if f.name != "name"
-        )
-        table.add_row(name, summary, defaults or "-")
+        defaults = ", ".join(f"{f.name}={getattr(cls.Config(), f.name)!r}" for f in dataclasses.fields(cls.Config)
+                             if f.name != "name" and f.name not in RECORDED_FIELDS)
+        origin = "built-in" if name in builtins else PLUGINS[name].origin()
+        table.add_row(name, origin, summary, defaults or "-")
     Console(width=max(120, Console().width)).print(table)
 
 

@@ -120,6 +120,9 @@ def register_all() -> None:
 
     for module in PLUGIN_MODULES:
         importlib.import_module(module)
+    from lze_bench.plugins import load_entry_points
+
+    load_entry_points()  # selectors of installed distributions (lze_bench.plugins)
     store = ConfigStore.instance()
     _share_config_store()
     for name, node in CONFIGS.items():
@@ -175,6 +178,9 @@ def compose(name: str, overrides: list[str] | tuple[str, ...] = ()):
     if name not in CONFIGS:
         raise LzeBenchError(unknown_choice("command config", name, CONFIGS))
     overrides = rewrite_recipe_paths(rewrite_model_override(rewrite_logger_override(list(overrides))))
+    from lze_bench.plugins import rewrite_selector_paths
+
+    overrides = rewrite_selector_paths(overrides)  # selector=MODULE:CLASS -> the plug-in's registered name
     _check_group_choices(overrides)
     _refuse_hydra_keys(overrides)
     if name == "train":

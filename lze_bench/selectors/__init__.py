@@ -33,6 +33,9 @@ def build_selector(selector_cfg, *, num_prompts: int, batch_size: int | None = N
     """
     from omegaconf import DictConfig, OmegaConf
 
+    from lze_bench.plugins import ensure_registered
+
+    ensure_registered(selector_cfg)  # a plug-in named by a config this process did not compose
     if isinstance(selector_cfg, DictConfig):
         selector_cfg = OmegaConf.to_object(selector_cfg)
     cls = SELECTORS[selector_cfg.name]
