@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from lze_bench.cli import app
 from lze_bench.ledger import read_ledger
 from lze_bench.rundir import is_done
-from plugin_env import BAND, forget_plugins, plugin_env  # noqa: F401  (fixture)
+from plugin_env import BAND, plugin_env  # noqa: F401  (fixture)
 from tiny_run import TINY_TRAIN as TINY
 
 runner = CliRunner()
@@ -22,7 +22,6 @@ def ok(result):
 
 
 def test_a_module_file_plugin_trains_resumes_only_unchanged_and_replays(plugin_env, tmp_path):
-    import sys
 
     path = plugin_env.module("band", BAND)
     run_dir, cache = tmp_path / "run", tmp_path / "cache"
@@ -34,14 +33,14 @@ def test_a_module_file_plugin_trains_resumes_only_unchanged_and_replays(plugin_e
     assert config["selector"]["name"] == "band" and config["selector"]["plugin"] == "band:BandSelector"
 
     # the plug-in changed under the run: its resume is refused like any changed config
-    forget_plugins(set(sys.modules) - {"band"})
+    plugin_env.fresh_process()
     path.write_text(BAND.replace("decay * new)", "decay * new)  # edited"))
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and "holds a run with a different config" in result.output
     assert len(read_ledger(run_dir)) == 2  # refused before anything was written
 
     # the plug-in it started with: the run resumes and finishes
-    forget_plugins(set(sys.modules) - {"band"})
+    plugin_env.fresh_process()
     path.write_text(BAND)
     ok(runner.invoke(app, args))
     assert is_done(run_dir) and read_ledger(run_dir)["step"].tolist() == [0, 1, 2]

@@ -67,9 +67,7 @@ def test_bad_plugin_config_is_one_line(plugin_env, override, words):
 def test_a_changed_plugin_file_changes_the_recorded_version(plugin_env):
     path = plugin_env.module("band", BAND)
     first = yaml.safe_load(ok(runner.invoke(app, ["train", "selector=band:BandSelector", "--cfg"])))
-    from plugin_env import forget_plugins
-
-    forget_plugins(set(sys.modules) - {"band"})
+    plugin_env.fresh_process()
     path.write_text(BAND + "\n# changed\n")
     second = yaml.safe_load(ok(runner.invoke(app, ["train", "selector=band:BandSelector", "--cfg"])))
     assert first["selector"]["plugin_version"] != second["selector"]["plugin_version"]

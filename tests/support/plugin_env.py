@@ -21,6 +21,10 @@ class PluginEnv:
     def __init__(self, root: Path):
         self.root = root
 
+    def fresh_process(self) -> None:
+        """What a new lze-bench process starts from: no plug-in registered, the test's modules not imported."""
+        forget_plugins(self.root.parent)
+
     def module(self, name: str, source: str) -> Path:
         path = self.root / f"{name}.py"
         path.write_text(textwrap.dedent(source))
@@ -35,7 +39,8 @@ class PluginEnv:
         (info / "entry_points.txt").write_text(f"[lze_bench.selectors]\n{lines}")
 
 
-def forget_plugins(before_modules: set) -> None:
+def forget_plugins(root: Path) -> None:
+    """Forget the registered plug-ins and the modules imported from under `root`, as a fresh process would."""
     from lze_bench import plugins
     from lze_bench.registry import SELECTORS
 
@@ -44,8 +49,8 @@ def forget_plugins(before_modules: set) -> None:
     plugins.PLUGINS.clear()
     plugins._BY_CLASS.clear()
     plugins._entry_points_loaded = False
-    for name in set(sys.modules) - before_modules:
-        if not name.startswith(("lze_bench", "hydra", "omegaconf", "torch", "numpy")):
+    for name, module in list(sys.modules.items()):
+        if str(getattr(module, "__file__", None) or "").startswith(str(root)):
             sys.modules.pop(name, None)
 
 
@@ -60,7 +65,7 @@ def plugin_env(tmp_path, monkeypatch):
     monkeypatch.chdir(root)
     monkeypatch.syspath_prepend(str(root))
     importlib.invalidate_caches()
-    before = set(sys.modules)
-    forget_plugins(before)
-    yield PluginEnv(root)
-    forget_plugins(before)
+    env = PluginEnv(root)
+    env.fresh_process()
+    yield env
+    env.fresh_process()
