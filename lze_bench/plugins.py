@@ -176,6 +176,7 @@ def rewrite_selector_paths(overrides: list[str]) -> list[str]:
     for item in overrides:
         key, sep, value = item.partition("=")
         if sep and key.lstrip("+~") == "selector" and is_import_path(value):
+            value = value.replace("\\:", ":")  # a sweep's grid escapes ':' for Hydra's override grammar
             value = ",".join(load_import_path(option) if is_import_path(option) else option
                              for option in _split_options(value))
             item = f"{key}={value}"

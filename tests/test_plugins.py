@@ -156,3 +156,11 @@ def test_the_lze_bench_script_imports_a_module_file_from_its_current_directory(t
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert yaml.safe_load(out.stdout)["selector"]["plugin"] == "band:BandSelector"
+
+
+def test_a_sweep_names_the_plugins_jobs_after_it_and_pairs_them_with_builtins(plugin_env):
+    plugin_env.module("band", BAND)
+    out = ok(runner.invoke(app, ["sweep", "selector=uniform,band:BandSelector", "seed=0", "trainer.steps=2",
+                                 "--dry-run"], env={"COLUMNS": "400"}))
+    assert "runs/band " in out and "tracking.name=band\n" in out
+    assert "P0 (paired: same data order and warm start): uniform, band" in out
