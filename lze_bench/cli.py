@@ -380,17 +380,22 @@ def warmstart_ship(built: Path = typer.Argument(..., help="A built warm start: <
 
 @app.command()
 @friendly_errors
-def selectors():
+def selectors(
+    paths: Optional[list[str]] = typer.Argument(None, metavar="[MODULE:CLASS]...",
+                                                help="Plug-ins given as import paths to list too."),
+):
     """List the registered selectors (built-in and plug-ins), where each comes from, and their defaults."""
     import dataclasses
 
     from rich.console import Console
     from rich.table import Table
 
-    from lze_bench.plugins import PLUGINS, RECORDED_FIELDS, builtin_names, load_entry_points
+    from lze_bench.plugins import PLUGINS, RECORDED_FIELDS, builtin_names, load_entry_points, load_import_path
     from lze_bench.registry import SELECTORS
 
     load_entry_points()
+    for path in paths or ():
+        load_import_path(path)
     table = Table(title="selectors (selector=NAME or MODULE:CLASS, override defaults as selector.KEY=VALUE)")
     table.add_column("name", style="bold")
     table.add_column("from")

@@ -164,3 +164,11 @@ def test_a_sweep_names_the_plugins_jobs_after_it_and_pairs_them_with_builtins(pl
                                  "--dry-run"], env={"COLUMNS": "400"}))
     assert "runs/band " in out and "tracking.name=band\n" in out
     assert "P0 (paired: same data order and warm start): uniform, band" in out
+
+
+def test_selectors_lists_a_plugin_given_as_an_import_path(plugin_env):
+    plugin_env.module("band", BAND)
+    out = ok(runner.invoke(app, ["selectors", "band:BandSelector"], env={"COLUMNS": "400"}))
+    row = next(line for line in out.splitlines() if line.startswith("│ band "))
+    assert "module band (import path)" in row and "low=0.2, high=0.8, decay=0.5" in row and "plugin" not in row
+    assert "not a selector" in one_error_line(runner.invoke(app, ["selectors", "band:BandConfig"]))
