@@ -11,12 +11,13 @@ candidates (`data.candidates_per_step`), so that the selector has a choice to ma
                   it mid-run (with the data order and held groups the backend checkpoints) decides the
                   rest of the run as the unbroken one does;
 * decisions       well-formed decisions for every kind of batch: mixed rewards, ragged groups (one
-                  with a single valid rollout), all-equal rewards (all solved; all failed, where
-                  filtering selectors keep nothing), passes that end short; ids are distinct candidates
-                  within the budget, keep flags one per group, rollout flags / holds only from
-                  selectors that declare them, a step that ends within 64 rounds when some groups have
-                  mixed rewards (with all-equal rewards a dynamic-sampling selector may ask for more until
-                  the backend's cap, `backend.max_gen_rounds`, ends the step as partial);
+                  with a single valid rollout; a selector that extends groups gets the rollouts it asks
+                  for, and its held groups make its batches ragged), all-equal rewards (all solved; all
+                  failed, where filtering selectors keep nothing), passes that end short; ids are
+                  distinct candidates within the budget, keep flags one per group, rollout flags / holds
+                  only from selectors that declare them, a step that ends within 64 rounds when some
+                  groups have mixed rewards (with all-equal rewards a dynamic-sampling selector may ask
+                  for more until the backend's cap, `backend.max_gen_rounds`, ends the step as partial);
 * booked          the extra work it asks for is work the ledger books: feature passes only for the
                   extras it `requires` (the backend charges those as flops_select), replayed groups
                   only ones that were generated (their generation was booked at that step), and every
@@ -297,7 +298,8 @@ def check_booked(cls) -> Finding:
         return Finding("booked", False, sim.problems[0])
     asked = f"feature passes for {', '.join(cls.requires)} (charged as flops_select)" if cls.requires else \
         "no feature passes"
-    return Finding("booked", True, f"{rounds} generation rounds in {STEPS} steps, all through the harness; {asked}")
+    return Finding("booked", True, f"{rounds} generation rounds in {STEPS} steps (ledger gen_rounds), replays only of "
+                                   f"generated groups; {asked}")
 
 
 def timing_batch(size: int) -> int:

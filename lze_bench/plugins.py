@@ -116,9 +116,9 @@ def load_import_path(spec: str) -> str:
     if cls is None:
         raise LzeBenchError(f"{where}: module {module_name!r} ({getattr(module, '__file__', '?')}) has no "
                             f"{class_name!r}")
+    _require_selector(cls, f"{module_name}:{class_name}", where)
     if cls in _BY_CLASS:
         return _BY_CLASS[cls]
-    _require_selector(cls, f"{module_name}:{class_name}", where)
     declared = _declared_name(cls)
     name = declared or class_name
     distribution = _distribution_of(module_name)
@@ -130,9 +130,9 @@ def register(cls, name: str, *, target: str, where: str, distribution: str = "",
     from lze_bench.api import check_api_version
     from lze_bench.registry import SELECTORS
 
-    if cls in _BY_CLASS and _BY_CLASS[cls] == name:
-        return name
     _require_selector(cls, target, where)
+    if _BY_CLASS.get(cls) == name:
+        return name
     config = getattr(cls, "Config", None)
     if not (inspect.isclass(config) and dataclasses.is_dataclass(config)):
         raise LzeBenchError(f"{where}: {target} has no Config dataclass (class attribute Config = a @dataclass "
