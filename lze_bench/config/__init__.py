@@ -124,6 +124,7 @@ def register_all() -> None:
     for module in PLUGIN_MODULES:
         importlib.import_module(module)
     importlib.import_module(SELECTOR_PLUGINS).load_entry_points()  # selectors of installed distributions
+
     store = ConfigStore.instance()
     _share_config_store()
     for name, node in CONFIGS.items():
