@@ -174,6 +174,8 @@ app.add_typer(sweep_app, name="sweep")
 warmstart_app = typer.Typer(help="The warm starts shipped with lze-bench: list them, rebuild and compare, ship one.",
                             no_args_is_help=True)
 app.add_typer(warmstart_app, name="warmstart")
+check_app = typer.Typer(help="Check a plug-in against the harness's contracts.", no_args_is_help=True)
+app.add_typer(check_app, name="check")
 
 
 @sweep_app.callback()
@@ -377,28 +379,61 @@ def warmstart_ship(built: Path = typer.Argument(..., help="A built warm start: <
 
 @app.command()
 @friendly_errors
-def selectors():
-    """List the registered selectors, a one-line summary each, and their defaults."""
+def selectors(
+    paths: Optional[list[str]] = typer.Argument(None, metavar="[MODULE:CLASS]...",
+                                                help="Plug-ins given as import paths to list too."),
+):
+    """List the registered selectors (built-in and plug-ins), where each comes from, and their defaults."""
     import dataclasses
 
     from rich.console import Console
     from rich.table import Table
 
-    import lze_bench.selectors  # noqa: F401  (registers them)
+    from lze_bench.plugins import PLUGINS, RECORDED_FIELDS, builtin_names, load_entry_points, load_import_path
     from lze_bench.registry import SELECTORS
 
-    table = Table(title="selectors (selector=NAME, override defaults as selector.KEY=VALUE)")
+    load_entry_points()
+    for path in paths or ():
+        load_import_path(path)
+    table = Table(title="selectors (selector=NAME or MODULE:CLASS, override defaults as selector.KEY=VALUE)")
     table.add_column("name", style="bold")
+    table.add_column("from")
     table.add_column("summary")
     table.add_column("defaults")
+    builtins = builtin_names()
     for name in sorted(SELECTORS):
         cls = SELECTORS[name]
         summary = (cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip().splitlines()[0]
-        defaults = ", ".join(
-            f"{f.name}={getattr(cls.Config(), f.name)!r}" for f in dataclasses.fields(cls.Config) if f.name != "name"
-        )
-        table.add_row(name, summary, defaults or "-")
+        defaults = ", ".join(f"{f.name}={getattr(cls.Config(), f.name)!r}" for f in dataclasses.fields(cls.Config)
+                             if f.name != "name" and f.name not in RECORDED_FIELDS)
+        origin = "built-in" if name in builtins else PLUGINS[name].origin()
+        table.add_row(name, origin, summary, defaults or "-")
     Console(width=max(120, Console().width)).print(table)
+
+
+@check_app.command(name="selector")
+@friendly_errors
+def check_selector(
+    target: str = typer.Argument(..., help="A selector name (built-in or entry point) or MODULE:CLASS."),
+    skip_large: bool = typer.Option(False, "--skip-large", help="Time one step at 10^4 prompts only, not 10^6."),
+):
+    """Check a selector's contracts, one line per property (exit 1 if any fails), and time one step.
+
+    Example: lze-bench check selector band_selector:BandSelector
+    """
+    from lze_bench.conformance import check_selector as run_checks
+    from lze_bench.conformance import timing_batch
+
+    report = run_checks(target, sizes=(10**4,) if skip_large else (10**4, 10**6))
+    typer.echo(f"selector {report.name}")
+    for finding in report.findings:
+        typer.echo(finding.line())
+    for size, seconds in report.timings:
+        figure = f"{seconds * 1e3:.1f} ms" if isinstance(seconds, float) else f"not measured ({seconds})"
+        typer.echo(f"INFO step time at {size:,} prompts: {figure} (selector calls of one step, batch "
+                   f"{timing_batch(size)}, after one untimed step; this machine as loaded now)")
+    if not report.ok:
+        raise typer.Exit(code=1)
 
 
 def main() -> None:  # pragma: no cover - entry point for `python -m lze_bench`

@@ -27,10 +27,14 @@ LAYERS = [
     ["metadata", "grading", "ledger", "config", "runlock"],  # per-prompt columns (a labels file names the data it
     # labelled by its fingerprint); the one grading function; the ledger schema; config; run-dir locks
     ["benchmarks", "selectors", "launchers"],  # plug-ins described by config: datasets, selectors, launchers
-    ["ragged"],  # ragged rollout batches (held and extended groups), built from the selectors' RolloutBatch
+    ["ragged", "api"],  # ragged rollout batches (held and extended groups), built from the selectors'
+    # RolloutBatch; the public selector API (re-exports of selectors' base, stats, topk)
+    ["plugins"],  # selectors from outside the package, checked against api (config and build_selector load it
+    # by name)
     ["data", "step_rounds", "replay", "predictor"],  # rows by benchmark name; selection rounds; replay;
     # ASTRAL's learned head (torch: the selector's NumPy side is in selectors)
-    ["tasks"],  # training prompt sets, loaded through data
+    ["tasks", "conformance"],  # training prompt sets, loaded through data; `check selector` (through
+    # step_rounds)
     ["evaluation", "backends"],  # `eval`/`grade`; training runs
     ["sweep", "bench"],  # grids of training runs; timings
     ["report"],  # reads sweeps' manifests and run directories

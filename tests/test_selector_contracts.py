@@ -3,7 +3,7 @@
 A selector added to the registry is tested here on arrival: same seed ->
 same decisions; an exact state round trip through save_state/load_state that
 continues identically; select_rollout returns unique candidates within the
-budget; select_update returns one keep flag per group.
+budget; select_update returns one keep flag per group; and `lze-bench check selector` passes.
 """
 
 from __future__ import annotations
@@ -196,6 +196,17 @@ def test_rollout_is_a_budgeted_subset_and_keep_matches_batch(name, data):
     sel.observe(batch)
     decision = sel.select_update(batch, step, step_rng(seed, step, 1))
     assert decision.keep.shape == (ids.size,) and decision.more >= 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_passes_the_conformance_check(name):
+    """`lze-bench check selector NAME` (lze_bench.conformance), the check a plug-in is held to, through the
+    harness's own step (run_selection) with ragged, all-equal and short-pass batches."""
+    from lze_bench.conformance import check_selector
+
+    report = check_selector(name, sizes=())
+    assert [f.prop for f in report.findings] == ["deterministic", "state", "decisions", "booked"]
+    assert report.ok, [f.line() for f in report.findings if not f.ok]
 
 
 # --- the interface every backend calls: RolloutBatch, UpdateDecision, construction, state files, rng ---------

@@ -80,6 +80,9 @@ PLUGIN_MODULES = (
     "lze_bench.launchers",
     "lze_bench.sweep",
 )
+# Loads selectors from outside the package (`selector=MODULE:CLASS`, entry points) into SELECTORS and the
+# store; by name, like PLUGIN_MODULES: it stands above config (it checks classes against lze_bench.api)
+SELECTOR_PLUGINS = "lze_bench.plugins"
 
 _registered = False
 _RECIPE_FILES: dict[str, dict[str, Path]] = {}  # group -> option -> file given as a path on the command line
@@ -105,6 +108,8 @@ def register_all() -> None:
 
     for module in PLUGIN_MODULES:
         importlib.import_module(module)
+    importlib.import_module(SELECTOR_PLUGINS).load_entry_points()  # selectors of installed distributions
+
     store = ConfigStore.instance()
     for name, node in CONFIGS.items():
         store.store(name=name, node=node)
@@ -156,6 +161,8 @@ def compose(name: str, overrides: list[str] | tuple[str, ...] = ()):
     if name not in CONFIGS:
         raise LzeBenchError(unknown_choice("command config", name, CONFIGS))
     overrides = rewrite_recipe_paths(rewrite_model_override(rewrite_logger_override(list(overrides))))
+    # selector=MODULE:CLASS -> the plug-in's registered name
+    overrides = importlib.import_module(SELECTOR_PLUGINS).rewrite_selector_paths(overrides)
     _check_group_choices(overrides)
     _refuse_hydra_keys(overrides)
     if name == "train":

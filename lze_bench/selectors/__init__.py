@@ -33,6 +33,8 @@ def build_selector(selector_cfg, *, num_prompts: int, batch_size: int | None = N
     """
     from omegaconf import DictConfig, OmegaConf
 
+    # a plug-in named by a config this process did not compose; by name: the loader stands above selectors
+    importlib.import_module("lze_bench.plugins").ensure_registered(selector_cfg)
     if isinstance(selector_cfg, DictConfig):
         selector_cfg = OmegaConf.to_object(selector_cfg)
     cls = SELECTORS[selector_cfg.name]

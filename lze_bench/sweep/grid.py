@@ -171,9 +171,10 @@ def plan_jobs(spec, train_args: list[str], sweep_dir: Path, name: str) -> SweepP
         selector = point.get("selector") or _fixed_value(fixed, "selector")
         extra = by_selector.get(str(selector), [])
         overrides = [*recipe_fixed, *extra, *cli_fixed, *(f"{k}={v}" for k, v in point.items())]
-        jname = job_name(point)
         composed = compose("train", overrides)
         cfg = config_dict(composed)
+        # a plug-in given as MODULE:CLASS is named by its registered name, as in its run's config
+        jname = job_name({**point, "selector": cfg["selector"]["name"]} if "selector" in point else point)
         if launcher is None:
             launcher = cfg["launcher"]
         without_selector = {k: v for k, v in cfg.items() if k != "selector"}
