@@ -18,8 +18,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lze_bench"
 # Bottom first. A new top-level module or package takes the lowest floor its imports allow.
 LAYERS = [
     ["__init__", "errors"],  # the version; LzeBenchError
-    ["registry", "jsonl", "rundir", "flops", "data_order", "rollout_store", "budget", "hub", "preemption"],
-    # plumbing on errors alone (preemption: Slurm's warning signal, recorded)
+    ["registry", "jsonl", "rundir", "flops", "data_order", "rollout_store", "budget", "hub", "preemption",
+     "advantages", "reward_shape"],
+    # plumbing on errors alone (preemption: Slurm's warning signal, recorded; advantages and reward_shape: the
+    # trainer's estimator and reward, which config validates and every backend computes)
     ["tracking", "fingerprint"],  # experiment trackers (their config schema is part of config); the run's data
     # fingerprint
     ["metadata", "grading", "ledger", "config", "runlock"],  # per-prompt columns (a labels file names the data it

@@ -58,6 +58,8 @@ def actor_env(cfg, config_path: str) -> dict[str, str]:
         "LZE_CONFIG": str(os.path.abspath(config_path)),
         "LZE_GRADE_TIMEOUT_S": str(cfg.backend.grade_timeout_s),
         "LZE_GRADE_WORKERS": str(cfg.backend.grade_workers),
+        # reward_func.py: the reward OpenRLHF trains on (trainer.reward_shape of the verdict)
+        "LZE_REWARD_SHAPE": str(cfg.trainer.get("reward_shape", "binary")),
         **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}),
         # read by vLLM at engine start in the rollout actors (backend.vllm_batch_invariant)
         **({"VLLM_BATCH_INVARIANT": "1"} if getattr(cfg.backend, "vllm_batch_invariant", False) else {}),
