@@ -62,6 +62,8 @@ GRADE_TIMEOUT_S = EnvVar("LZE_GRADE_TIMEOUT_S", "5", ("backends/openrlhf/entry.p
                          "seconds per grading call in OpenRLHF's reward function; set from backend.grade_timeout_s")
 GRADE_WORKERS = EnvVar("LZE_GRADE_WORKERS", "2", ("backends/openrlhf/entry.py", "backends/openrlhf/reward_func.py"),
                        "grading processes of OpenRLHF's reward function; set from backend.grade_workers")
+REWARD_SHAPE = EnvVar("LZE_REWARD_SHAPE", "binary", ("backends/openrlhf/entry.py", "backends/openrlhf/reward_func.py"),
+                      "set for Ray actors: trainer.reward_shape, the reward OpenRLHF trains on")
 TOKENIZERS_PARALLELISM = EnvVar("TOKENIZERS_PARALLELISM", "true", ("backends/openrlhf/entry.py",),
                                 "passed to Ray workers (Hugging Face tokenizers' own variable)")
 NCCL_DEBUG = EnvVar("NCCL_DEBUG", "WARN", ("backends/openrlhf/entry.py",),
@@ -85,7 +87,7 @@ SLURM_CPUS_PER_TASK = EnvVar("SLURM_CPUS_PER_TASK", None, ("backends/openrlhf/ra
 
 TABLE = (DEBUG, RECIPES, DATA, CACHE, WARMSTARTS, PROGRESS, HF_HUB_OFFLINE, WANDB_MODE, WANDB_PROJECT,
          CUDA_VISIBLE_DEVICES, VLLM_CPU_KVCACHE_SPACE, OMP_NUM_THREADS, MKL_NUM_THREADS, OMP_WAIT_POLICY,
-         RAY_ADDRESS, PLAIN_RAY_ADDRESS, RUN_CONFIG, RUN_DIR, GRADE_TIMEOUT_S, GRADE_WORKERS,
+         RAY_ADDRESS, PLAIN_RAY_ADDRESS, RUN_CONFIG, RUN_DIR, GRADE_TIMEOUT_S, GRADE_WORKERS, REWARD_SHAPE,
          TOKENIZERS_PARALLELISM, NCCL_DEBUG, RAY_ZERO_COPY, PYTHONPATH, SLURM_PROCID, SLURM_JOB_NODELIST,
          SLURM_NNODES, SLURM_JOB_ID, SLURM_RESTART_COUNT, SLURM_CPUS_PER_TASK)
 

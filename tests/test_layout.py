@@ -19,9 +19,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lze_bench"
 LAYERS = [
     ["__init__", "errors", "env"],  # the version; LzeBenchError; the environment variables read or set
     ["registry", "jsonl", "rundir", "flops", "data_order", "rollout_store", "budget", "hub", "preemption",
-     "state_file"],
+     "state_file", "advantages", "reward_shape"],
     # plumbing on errors alone (preemption: Slurm's warning signal, recorded; state_file: run-state files that load
-    # without running code)
+    # without running code; advantages and reward_shape: the trainer's estimator and reward, which config
+    # validates and every backend computes)
     ["tracking", "fingerprint"],  # experiment trackers (their config schema is part of config); the run's data
     # fingerprint
     ["metadata", "grading", "ledger", "config", "runlock"],  # per-prompt columns (a labels file names the data it

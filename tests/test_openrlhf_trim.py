@@ -229,13 +229,15 @@ def test_per_rollout_advantages_are_the_local_backends_over_the_chosen_statistic
     maker = maker_for()
     handed = np.concatenate([r[c] for r, c in zip(rewards, choices)])
     out = per_rollout_advantages(experiences_of(handed), record, maker.compute_advantages_and_returns, maker.args)
-    expected = np.concatenate([local_advantages(r, True, m, 1e-4)[c] for r, c, m in zip(rewards, choices, masks)])
+    expected = np.concatenate([local_advantages(r, "grpo", m, 1e-4)[c] for r, c, m in zip(rewards, choices, masks)])
     np.testing.assert_allclose(advantages_of(out), expected, rtol=1e-6, atol=1e-7)
     assert maker.args.rollout.n_samples_per_prompt == 4 and maker.args.algo.advantage.estimator == "group_norm"
 
 
-def test_per_rollout_advantages_on_whole_groups_are_openrlhfs_own():
-    """The same rule on whole groups of n with OpenRLHF's epsilon gives what OpenRLHF's group_norm gives."""
+@pytest.mark.parametrize("estimator", ["group_norm", "dr_grpo", "rloo"])
+def test_per_rollout_advantages_on_whole_groups_are_openrlhfs_own(estimator):
+    """The same rule on whole groups of n with OpenRLHF's epsilon gives what OpenRLHF's own estimator gives
+    (trainer.advantage_estimator grpo, dr_grpo, rloo)."""
     pytest.importorskip("openrlhf", reason=f"OpenRLHF does not import; {INSTALL_HINT}")
     from lze_bench.backends.openrlhf.update import per_rollout_advantages
 
@@ -245,8 +247,8 @@ def test_per_rollout_advantages_on_whole_groups_are_openrlhfs_own():
     assert not record.per_rollout  # whole groups of n go through OpenRLHF's own function
     # whole groups of another size (SPEED trains n_init + n_continue) cannot be OpenRLHF's groups of n
     assert StepRecord(step=0, rolled=groups, kept_flags=[True, True], group_size=2).per_rollout
-    theirs = maker_for().compute_advantages_and_returns(experiences_of(np.concatenate(rewards)))
-    maker = maker_for()
+    theirs = maker_for(estimator).compute_advantages_and_returns(experiences_of(np.concatenate(rewards)))
+    maker = maker_for(estimator)
     ours = per_rollout_advantages(experiences_of(np.concatenate(rewards)), record,
                                   maker.compute_advantages_and_returns, maker.args)
     np.testing.assert_allclose(advantages_of(ours), advantages_of(theirs), rtol=1e-5)

@@ -179,9 +179,9 @@ def test_local_grpo_trims_responses_after_the_advantages():
     rewards = np.array([1, 0, 0, 1], dtype=np.float32)
     group = Group(3, 0, [1, 2], [np.array([5]), np.array([6, 7]), np.array([8]), np.array([9])],
                   [np.zeros(1)] * 4, rewards, train_mask=np.array([True, False, True, False]))
-    seqs, plens, advs, _, _ = _flatten([group], True)
+    seqs, plens, advs, _, _ = _flatten([group], "grpo")
     assert [s.tolist() for s in seqs] == [[1, 2, 5], [1, 2, 8]]
-    assert advs.tolist() == group_advantages(rewards, True)[[0, 2]].tolist()  # the full group's advantages
+    assert advs.tolist() == group_advantages(rewards, "grpo")[[0, 2]].tolist()  # the full group's advantages
 
 
 # --- DAPO / uniform ----------------------------------------------------------

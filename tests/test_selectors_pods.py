@@ -234,19 +234,19 @@ def test_d2_advantages_over_the_kept_subset_or_every_rollout():
     rewards = np.array([1, 0, 0, 1, 0, 0, 0, 0], dtype=np.float32)
     mask = np.array([1, 0, 0, 0, 0, 0, 0, 1], dtype=bool)  # PODS's m = 2: one correct, one wrong
     std = float(np.std([1.0, 0.0], ddof=1))
-    assert np.allclose(group_advantages(rewards, True, mask, 1e-4)[mask], [0.5 / (std + 1e-4), -0.5 / (std + 1e-4)])
+    assert np.allclose(group_advantages(rewards, "grpo", mask, 1e-4)[mask], [0.5 / (std + 1e-4), -0.5 / (std + 1e-4)])
     # over every rollout: mean 1/4, the unbiased std of the 8
     full = float(np.std(rewards, ddof=1))
-    assert np.allclose(group_advantages(rewards, True)[mask], [0.75 / (full + 1e-6), -0.25 / (full + 1e-6)])
-    assert np.allclose(group_advantages(rewards, False, mask)[mask], [0.5, -0.5])  # Dr.GRPO: no std
+    assert np.allclose(group_advantages(rewards, "grpo")[mask], [0.75 / (full + 1e-6), -0.25 / (full + 1e-6)])
+    assert np.allclose(group_advantages(rewards, "dr_grpo", mask)[mask], [0.5, -0.5])  # Dr.GRPO: no std
     # the default is the trainer's formula bit for bit
     expected = ((rewards - rewards.astype(np.float64).mean()) / (rewards.astype(np.float64).std(ddof=1) + 1e-6))
-    assert np.array_equal(group_advantages(rewards, True), expected.astype(np.float32))
+    assert np.array_equal(group_advantages(rewards, "grpo"), expected.astype(np.float32))
     responses = [np.array([5 + j], dtype=np.int64) for j in range(8)]
     logprobs = [np.zeros(1, np.float32)] * 8
     group = Group(0, 0, [1, 2], responses, logprobs, rewards, train_mask=mask, stats_mask=mask, adv_eps=1e-4)
-    seqs, plens, advs, _, _ = _flatten([group], True)
+    seqs, plens, advs, _, _ = _flatten([group], "grpo")
     assert [s.tolist() for s in seqs] == [[1, 2, 5], [1, 2, 12]] and plens.tolist() == [2, 2]
     assert np.allclose(advs, [0.5 / (std + 1e-4), -0.5 / (std + 1e-4)])
     generated = Group(0, 0, [1, 2], responses, logprobs, rewards, train_mask=mask)  # Reinforce-Ada's statistics
-    assert np.allclose(_flatten([generated], True)[2], [0.75 / (full + 1e-6), -0.25 / (full + 1e-6)])
+    assert np.allclose(_flatten([generated], "grpo")[2], [0.75 / (full + 1e-6), -0.25 / (full + 1e-6)])

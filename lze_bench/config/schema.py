@@ -15,7 +15,9 @@ from typing import Any, List, Optional
 
 from omegaconf import MISSING
 
+from lze_bench.advantages import check_estimator
 from lze_bench.errors import LzeBenchError
+from lze_bench.reward_shape import check_reward_shape
 from lze_bench.tracking import TrackingConfig, check_loggers
 
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?|auto)$")
@@ -34,6 +36,12 @@ def check_seed(value: int, key: str = "seed") -> None:
 
 def check_device(value: str, key: str = "device") -> None:
     require(bool(_DEVICE.match(str(value))), key, f"unknown device {value!r}; use cpu, cuda, cuda:N or auto")
+
+
+def check_training_signal(estimator: str, scale_rewards: bool | None, reward_shape: str) -> None:
+    """The advantage estimator and the reward shape: one-line refusals of unknown or contradictory values."""
+    check_estimator(estimator, scale_rewards)
+    check_reward_shape(reward_shape)
 
 
 @dataclass
@@ -60,7 +68,9 @@ class TrainerConfig:
     ppo_epochs: int = 1  # passes over the kept groups per step
     micro_batch_size: int = 32  # sequences per forward/backward chunk
     old_logprob_pass: bool = True  # forward over the trained sequences before the update, as OpenRLHF/verl's make_experience (design.md "FLOP accounting")
-    scale_rewards: bool = True  # GRPO: divide advantages by the group std (Dr.GRPO: false)
+    advantage_estimator: str = "grpo"  # grpo | dr_grpo | rloo (lze_bench/advantages.py)
+    scale_rewards: Optional[bool] = None  # older switch: false makes grpo dr_grpo; null: the estimator's own rule
+    reward_shape: str = "binary"  # binary | deepscaler (lze_bench/reward_shape.py)
 
     def __post_init__(self):
         for key in ("steps", "batch_size", "n_samples", "max_new_tokens", "ppo_epochs", "micro_batch_size"):
@@ -80,6 +90,7 @@ class TrainerConfig:
         require(0 < self.top_p <= 1, "trainer.top_p", f"must be in (0, 1], got {self.top_p}")
         require(self.kl_coef >= 0, "trainer.kl_coef", f"must be >= 0, got {self.kl_coef}")
         require(self.clip_eps_low >= 0 and self.clip_eps_high >= 0, "trainer.clip_eps_*", "must be >= 0")
+        check_training_signal(self.advantage_estimator, self.scale_rewards, self.reward_shape)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lze_bench.report.initial import recipe_notes, variation_note
 from lze_bench.report.predictor import predictor_note, predictor_section
+from lze_bench.report.training import training_note
 from lze_bench.report.formats import sci
 from lze_bench.report.paired import heldout_standard_error
 from lze_bench.report.tables import BASELINE
@@ -117,6 +118,7 @@ def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: li
         "order, same warm start), so each selector is compared with uniform GRPO seed by seed.",
         "",
         *([note, ""] if (note := variation_note(report["runs"])) else []),
+        *([note, ""] if (note := training_note(report["runs"])) else []),
         *_eval_results(texts, report),
         f"## Table 1: accuracy at equal compute ({title1})",
         "",

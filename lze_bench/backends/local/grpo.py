@@ -15,9 +15,11 @@ loss is the sum over every response token of every trained sequence divided by
 their number (token-mean over the whole update, not per micro-batch).
 
 Choices where the sources differ or are silent:
-- advantages: `A = (r - mean) / (std + 1e-6)` with the unbiased std (verl's
-  GRPO estimator); `trainer.scale_rewards=false` gives Dr.GRPO's `r - mean`;
-  a selector that keeps a subset of a group's rollouts (`UpdateDecision.keep_rollouts`)
+- advantages: `trainer.advantage_estimator` (lze_bench/advantages.py): `grpo`,
+  the default, `A = (r - mean) / (std + 1e-6)` with the unbiased std (verl's
+  GRPO estimator); `dr_grpo` (or `trainer.scale_rewards=false`) Dr.GRPO's
+  `r - mean`; `rloo` the leave-one-out `r - mean of the others`; the rewards
+  are the group's shaped ones (`trainer.reward_shape`, step.py); a selector that keeps a subset of a group's rollouts (`UpdateDecision.keep_rollouts`)
   chooses whether mean and std come from the kept subset (PODS, with its own
   epsilon 1e-4) or from every generated rollout; only the kept ones are trained;
   a zero-variance group has A = 0 and is still trained on when a selector keeps
@@ -44,6 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lze_bench.advantages import group_advantages, resolved_estimator
 from lze_bench.backends.local.model import sequence_logprobs
 
 
@@ -56,7 +59,7 @@ class Group:
     prompt: list  # token ids
     responses: list  # n x int64[R]
     behaviour_logprobs: list  # n x float32[R]  log mu
-    rewards: np.ndarray  # float32[n]
+    rewards: np.ndarray  # float32[n]: the rewards the update trains on (trainer.reward_shape of the verdicts)
     replayed: bool = False
     train_mask: np.ndarray | None = None  # bool[n]: responses trained (None = all); advantages use all n
     # bool[n]: the rollouts whose rewards give the advantage mean and std (None = all n): a selector that keeps
@@ -79,24 +82,10 @@ class UpdateStats:
     lengths: list = field(default_factory=list)
 
 
-def group_advantages(rewards: np.ndarray, scale: bool, over: np.ndarray | None = None,
-                     eps: float = 1e-6) -> np.ndarray:
-    """float32[n]: reward minus the mean, divided by the unbiased std + `eps` when `scale`.
-
-    The mean and std are over the rollouts `over` flags (None: the whole group), as PODS takes them over
-    its kept subset; every rollout gets an advantage, the caller trains those it keeps."""
-    rewards = np.asarray(rewards, dtype=np.float64)
-    pool = rewards if over is None else rewards[np.asarray(over, dtype=bool)]
-    centred = rewards - pool.mean()
-    if scale and pool.size > 1:
-        centred = centred / (pool.std(ddof=1) + eps)
-    return centred.astype(np.float32)
-
-
-def _flatten(groups: list[Group], scale: bool):
+def _flatten(groups: list[Group], estimator: str):
     seqs, plens, advs, mus, replayed = [], [], [], [], []
     for group in groups:
-        adv = group_advantages(group.rewards, scale, group.stats_mask, group.adv_eps)
+        adv = group_advantages(group.rewards, estimator, group.stats_mask, group.adv_eps)
         trained = np.ones(len(adv), dtype=bool) if group.train_mask is None else group.train_mask
         for response, mu, a, train in zip(group.responses, group.behaviour_logprobs, adv, trained):
             if not train:  # cut after the advantages, as the authors' trainer does (selectors.md §5)
@@ -146,7 +135,7 @@ def grpo_update(model, optimizer, groups: list[Group], trainer_cfg, flop_model, 
     if not groups:
         return stats
     device = next(model.parameters()).device
-    seqs, plens, advs, mus, replayed = _flatten(groups, trainer_cfg.scale_rewards)
+    seqs, plens, advs, mus, replayed = _flatten(groups, resolved_estimator(trainer_cfg))
     lengths = np.array([len(s) for s in seqs])
     order = np.argsort(-lengths, kind="stable")
     size = trainer_cfg.micro_batch_size

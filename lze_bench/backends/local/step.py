@@ -30,7 +30,12 @@ epochs and caps). Choices of this backend:
   theirs; `responses_kept` counts them, and the rollout log's `kept_rollouts`
   (one flag per rollout, beside `rewards`) says which they were (`kept` keeps
   its meaning: the group reached the update). The store keeps the group as
-  generated.
+  generated;
+- rewards (lze_bench/reward_shape.py): the selectors' `RolloutBatch.rewards`,
+  `reward_mean` and the rollout log's `rewards` are the verdicts (0/1); a
+  group's `Group.rewards`, which the advantages, `kept_zero_variance`, held
+  groups and the replay store read, are `trainer.reward_shape` of them (the
+  same numbers under the default `binary`).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from lze_bench.backends.local.grpo import Group, grpo_update
 from lze_bench.backends.local.rollout import generate
 from lze_bench.errors import LzeBenchError
 from lze_bench.ledger import zero_variance_fraction
+from lze_bench.reward_shape import shaped_rewards
 from lze_bench.selectors import RolloutBatch, step_rng
 from lze_bench.selectors.base import STEP_METRICS, TAG_SELECT_UPDATE
 from lze_bench.step_rounds import run_selection
@@ -110,11 +116,14 @@ class StepRunner:
         counters.prompt_tokens += int(gen.prompt_tokens.sum())
         counters.generated_tokens += int(response_tokens.sum())
         counters.flops_rollout += self.flop_model.generation(gen.prompt_tokens, response_tokens)
-        flat_rewards = np.array([1.0 if g.correct else 0.0 for g in grades], dtype=np.float32)
+        flat_rewards = np.array([1.0 if g.correct else 0.0 for g in grades], dtype=np.float32)  # the verdicts
+        # what the update trains on (trainer.reward_shape); the selectors read the verdicts
+        trained_rewards = shaped_rewards([g.correct for g in grades], [g.status != "no_answer" for g in grades],
+                                         self.trainer.reward_shape)
         starts = np.concatenate([[0], np.cumsum(counts)])
         groups = [
             Group(int(pid), step, self.prompts[pid], gen.response_ids[starts[g]:starts[g + 1]],
-                  gen.logprobs[starts[g]:starts[g + 1]], flat_rewards[starts[g]:starts[g + 1]].copy())
+                  gen.logprobs[starts[g]:starts[g + 1]], trained_rewards[starts[g]:starts[g + 1]].copy())
             for g, pid in enumerate(ids)
         ]
         width = int(counts.max()) if counts.size else n
@@ -191,7 +200,7 @@ class StepRunner:
             for g in np.flatnonzero(final):
                 group, keep, k = round_.groups[g], bool(decision.keep[g]), int(counts[g])
                 fresh.append((group, keep, self._subset(group, decision, rollouts[g])))
-                log_row = {"step": step, "prompt_id": group.prompt_id, "rewards": group.rewards.tolist(),
+                log_row = {"step": step, "prompt_id": group.prompt_id, "rewards": batch.rewards[g, :k].tolist(),
                            "response_tokens": batch.response_tokens[g, :k].tolist(), "kept": keep, "epoch": epoch,
                            "round": round_.index, "response_entropy": batch.response_entropy[g, :k].tolist(),
                            "kept_rollouts": rollouts[g, :k].tolist()}

@@ -67,7 +67,7 @@ def ledger_row(record, status: dict, flops: FlopModel, *, ppo_epochs: int, refer
     trained = np.concatenate([np.asarray(g.seq_lengths, dtype=np.int64)[m] for g, m in zip(groups, masks)]) \
         if groups else np.zeros(0, dtype=np.int64)
     logprob_passes = 2 if reference_pass else 1
-    reward_mean, zero_variance_frac = reward_summary([g.rewards for g in record.rolled])
+    reward_mean, zero_variance_frac = reward_summary([g.verdict_rewards for g in record.rolled])
     time_update = float(sum(float(status.get(key, 0.0)) for key in UPDATE_TIMINGS))
     kept_choices = [c for c, k in zip(record.rollout_choices(), record.kept_flags) if k]
     advantage = record.train_advantage
@@ -138,7 +138,7 @@ def rollout_rows(record) -> list[dict]:
         row = {
             "step": record.step,
             "prompt_id": int(group.prompt_id),
-            "rewards": [float(r) for r in group.rewards],
+            "rewards": [float(r) for r in group.verdict_rewards],
             "response_tokens": [int(t) for t in group.response_tokens],
             "kept": bool(kept),
             "round": int(round_index),

@@ -35,6 +35,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from lze_bench.advantages import OPENRLHF_NAMES, resolved_estimator
 from lze_bench.backends.openrlhf.plan import LaunchPlan, command_path, launch_plan
 from lze_bench.errors import LzeBenchError
 
@@ -152,8 +153,8 @@ def openrlhf_flags(cfg, paths: RunPaths, plan: LaunchPlan | None = None) -> list
     switch("--ds.packing_samples", b.packing_samples)
     switch("--actor.gradient_checkpointing_enable", b.gradient_checkpointing)
     add("--ds.attn_implementation", b.attn_implementation)
-    # GRPO: group-normalised advantages; scale_rewards=false is Dr. GRPO (mean only)
-    add("--algo.advantage.estimator", "group_norm" if t.scale_rewards else "dr_grpo")
+    # trainer.advantage_estimator under OpenRLHF's name for the same formula (lze_bench/advantages.py)
+    add("--algo.advantage.estimator", OPENRLHF_NAMES[resolved_estimator(t)])
     add("--rollout.n_samples_per_prompt", t.n_samples)
     add("--rollout.batch_size", t.batch_size)
     add("--train.batch_size", t.batch_size * t.n_samples)

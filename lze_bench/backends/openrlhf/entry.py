@@ -58,6 +58,8 @@ def actor_env(cfg, config_path: str) -> dict[str, str]:
         "LZE_CONFIG": str(os.path.abspath(config_path)),
         "LZE_GRADE_TIMEOUT_S": str(cfg.backend.grade_timeout_s),
         "LZE_GRADE_WORKERS": str(cfg.backend.grade_workers),
+        # reward_func.py: the reward OpenRLHF trains on (trainer.reward_shape of the verdict)
+        lze_env.REWARD_SHAPE.name: str(cfg.trainer.get("reward_shape", "binary")),
         **({lze_env.PYTHONPATH.name: lze_env.value(lze_env.PYTHONPATH)} if lze_env.value(lze_env.PYTHONPATH) else {}),
         # read by vLLM at engine start in the rollout actors (backend.vllm_batch_invariant)
         **({"VLLM_BATCH_INVARIANT": "1"} if getattr(cfg.backend, "vllm_batch_invariant", False) else {}),

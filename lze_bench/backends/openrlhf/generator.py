@@ -58,7 +58,7 @@ from lze_bench.errors import LzeBenchError
 
 def group_from_experiences(prompt_id: int, experiences: list) -> Group:
     """A Group from the n single-sample Experiences of one prompt (one vLLM ref)."""
-    rewards, response, total, grade_s = [], [], [], 0.0
+    rewards, scores, response, total, grade_s = [], [], [], [], 0.0
     for e in experiences:
         if e.rewards is None:
             raise LzeBenchError(
@@ -66,6 +66,8 @@ def group_from_experiences(prompt_id: int, experiences: list) -> Group:
                 "the vLLM actor logs; lze_bench must be importable there)"
             )
         rewards.append(float(e.rewards.reshape(-1)[0]))
+        # reward_func.py's verdict (1/0) when it sent one; `rewards` is then trainer.reward_shape of it
+        scores.append(None if getattr(e, "scores", None) is None else float(e.scores.reshape(-1)[0]))
         response.append(int(e.response_length.reshape(-1)[0]))
         total.append(int(e.total_length.reshape(-1)[0]))
         if "grade_time_s" in e.info:
@@ -73,6 +75,7 @@ def group_from_experiences(prompt_id: int, experiences: list) -> Group:
     return Group(
         prompt_id=int(prompt_id),
         rewards=np.asarray(rewards, dtype=np.float32),
+        verdicts=None if None in scores or scores == rewards else np.asarray(scores, dtype=np.float32),
         response_tokens=np.asarray(response, dtype=np.int64),
         seq_lengths=np.asarray(total, dtype=np.int64),
         payload=list(experiences),

@@ -20,8 +20,13 @@ vLLM actor and calls `reward_func(queries, prompts, labels)` once per sample
   vLLM actor process, created on first use; its calls are serialised by the
   Grader's own lock (one answer per call here).
 
+* `rewards` (what OpenRLHF's advantages use) is `trainer.reward_shape` of the
+  verdict (lze_bench/reward_shape.py); `scores` (OpenRLHF: dynamic filtering
+  only) is the verdict itself, 1 or 0, which generator.py hands the selectors.
+
 Settings come from env vars that entry.py gives every Ray actor:
-`LZE_GRADE_TIMEOUT_S` (default 5) and `LZE_GRADE_WORKERS` (default 2).
+`LZE_GRADE_TIMEOUT_S` (default 5), `LZE_GRADE_WORKERS` (default 2) and
+`LZE_REWARD_SHAPE` (default binary).
 """
 
 from __future__ import annotations
@@ -30,8 +35,10 @@ import logging
 import threading
 import time
 
+from lze_bench import env
 from lze_bench.backends.openrlhf.data import parse_label
 from lze_bench.grading import Grader
+from lze_bench.reward_shape import grade_reward
 
 log = logging.getLogger("lze_bench.reward_func")
 
@@ -45,8 +52,6 @@ def _get_grader() -> Grader:
     global _grader
     with _lock:
         if _grader is None:
-            from lze_bench import env
-
             timeout, workers = env.grading_settings()
             _grader = Grader(timeout_s=max(timeout, 0.1), workers=max(workers, 1))
         return _grader
@@ -83,14 +88,15 @@ def reward_func(queries, prompts, labels) -> dict:
     try:
         _, gold = parse_label(labels[0])
         verdict = grade(response_text(str(queries[0]), str(prompts[0])), gold)
-        reward = 1.0 if verdict.correct else 0.0
+        score = 1.0 if verdict.correct else 0.0
+        reward = grade_reward(verdict, env.value(env.REWARD_SHAPE))
         status = verdict.status
     except Exception as exc:  # never let OpenRLHF see an exception (openrlhf.md §5)
         log.warning("grading failed, reward 0: %s: %s", type(exc).__name__, exc)
-        reward, status = 0.0, "error"
+        reward, score, status = 0.0, 0.0, "error"
     return {
         "rewards": reward,
-        "scores": reward,
+        "scores": score,
         "extra_logs": {
             "grade_timeout": float(status == "timeout"),
             "grade_error": float(status == "error"),

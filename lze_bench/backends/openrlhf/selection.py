@@ -69,6 +69,13 @@ class Group:
     response_entropy: np.ndarray | None = None  # float32[n], when the selector uses it (hive; features.py)
     behaviour_logprobs: list | None = None  # n x log mu per response token, kept for replay (update.py)
     rollout_steps: np.ndarray | None = None  # int64[k]: the step each rollout was generated at (None = gen_step)
+    # float32[n]: the 0/1 verdicts when `rewards` are shaped (trainer.reward_shape, reward_func.py); None: the
+    # rewards are the verdicts. Selectors, reward_mean and the rollout log read `verdict_rewards`
+    verdicts: np.ndarray | None = None
+
+    @property
+    def verdict_rewards(self) -> np.ndarray:  # float32[n]
+        return self.rewards if self.verdicts is None else self.verdicts
 
     @property
     def prompt_tokens(self) -> np.ndarray:  # int64[n]
@@ -99,6 +106,9 @@ def merge_groups(old: Group, new: Group) -> Group:
                 else list(old.behaviour_logprobs) + list(new.behaviour_logprobs))
     return dataclasses.replace(
         old, rewards=_joined(old.rewards, new.rewards),
+        # one side's verdicts may equal its rewards (None): join what each side's selectors saw
+        verdicts=None if old.verdicts is None and new.verdicts is None
+        else _joined(old.verdict_rewards, new.verdict_rewards),
         response_tokens=_joined(old.response_tokens, new.response_tokens),
         seq_lengths=_joined(old.seq_lengths, new.seq_lengths), payload=payload,
         grade_time_s=old.grade_time_s + new.grade_time_s, response_entropy=_joined(old.response_entropy,
@@ -312,7 +322,7 @@ def groups_batch(groups: list, step: int) -> RolloutBatch:
     valid = np.arange(width)[None, :] < sizes[:, None]
     return RolloutBatch(
         prompt_ids=np.array([g.prompt_id for g in groups], dtype=np.int64),
-        rewards=_rows([np.asarray(g.rewards, dtype=np.float32) for g in groups], width, np.float32),
+        rewards=_rows([np.asarray(g.verdict_rewards, dtype=np.float32) for g in groups], width, np.float32),
         step=step,
         response_tokens=_rows([np.asarray(g.response_tokens, dtype=np.int32) for g in groups], width, np.int32),
         prompt_tokens=np.array([int(g.prompt_tokens[0]) for g in groups], dtype=np.int32),

@@ -26,9 +26,10 @@ Per-rollout advantages (`per_rollout_advantages`). OpenRLHF's
 consecutive samples, which holds for whole groups of n only. When the record is
 `per_rollout` (a subset trains, the groups are ragged, or the selector chose
 the statistics or epsilon), the group-normalised rewards are computed here, as
-the local backend computes them (`group_advantages`: mean and unbiased std over
-the kept rollouts or every generated one, `advantage_stats`, with the
-selector's `advantage_eps`, else OpenRLHF's 1e-9; `dr_grpo`: the mean only),
+the local backend computes them (lze_bench.advantages.group_advantages under
+the estimator OpenRLHF was given: statistics over the kept rollouts or every
+generated one, `advantage_stats`, with the selector's `advantage_eps`, else
+OpenRLHF's 1e-9 for group_norm; `dr_grpo` the mean only; `rloo` leave-one-out),
 and OpenRLHF's own function then turns them into per-token returns and
 advantages with its group step switched off. Every other step (the six
 selectors' whole groups) goes through OpenRLHF's function untouched.
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from lze_bench.advantages import OPENRLHF_NAMES, group_advantages
 from lze_bench.errors import LzeBenchError
 
 
@@ -117,25 +119,15 @@ def _recentre(items: list, groups: list, fresh_groups: int, n: int) -> None:
 
 
 OPENRLHF_EPS = 1e-9  # OpenRLHF 0.11.2's group_norm: (r - mean) / (std + 1e-9)
-SCALED = {"group_norm": True, "dr_grpo": False}  # the estimators command.py passes (trainer.scale_rewards)
+# OpenRLHF's estimator name -> ours (the estimators command.py passes: trainer.advantage_estimator)
+ESTIMATOR_OF = {theirs: ours for ours, theirs in OPENRLHF_NAMES.items()}
 
 
-def group_advantages(rewards, scale: bool, over=None, eps: float = OPENRLHF_EPS) -> np.ndarray:
-    """float32[k]: reward minus the mean, divided by the unbiased std + `eps` when `scale` (the local backend's
-    rule, grpo.group_advantages): mean and std over the rollouts `over` flags (None: all generated)."""
-    rewards = np.asarray(rewards, dtype=np.float64)
-    pool = rewards if over is None else rewards[np.asarray(over, dtype=bool)]
-    centred = rewards - pool.mean()
-    if scale and pool.size > 1:  # one rollout has no std: its advantage is the centred reward (0)
-        centred = centred / (pool.std(ddof=1) + eps)
-    return centred.astype(np.float32)
-
-
-def sample_advantages(record, scale: bool) -> np.ndarray:
-    """float32[S]: the group-normalised reward of each sample handed to the experience maker, in order."""
+def sample_advantages(record, estimator: str) -> np.ndarray:
+    """float32[S]: the advantage (our `estimator`) of each sample handed to the experience maker, in order."""
     parts = []
     for group, choice, (stats, eps) in zip(record.train_groups, record.train_choices, record.train_advantage):
-        adv = group_advantages(group.rewards, scale, stats, OPENRLHF_EPS if eps is None else eps)
+        adv = group_advantages(group.rewards, estimator, stats, OPENRLHF_EPS if eps is None else eps)
         parts.append(adv[np.asarray(choice, dtype=bool)])
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
@@ -145,15 +137,16 @@ def per_rollout_advantages(experiences: list, record, original, args) -> list:
     import torch
 
     estimator = args.algo.advantage.estimator
-    if estimator not in SCALED:
-        raise LzeBenchError(f"--algo.advantage.estimator {estimator}: per-rollout selectors need group_norm or "
-                            "dr_grpo (trainer.scale_rewards); leave the estimator to lze-bench")
+    if estimator not in ESTIMATOR_OF:
+        raise LzeBenchError(f"--algo.advantage.estimator {estimator}: per-rollout selectors need "
+                            f"{', '.join(ESTIMATOR_OF)} (trainer.advantage_estimator); leave the estimator to "
+                            "lze-bench")
     penalties = (getattr(args.reward, "overlong_buffer_len", None), getattr(args.reward, "stop_properly_penalty_coef",
                                                                             None))
     if any(p is not None for p in penalties):  # they would apply to the normalised rewards, not the raw ones
         raise LzeBenchError("length penalties (--reward.overlong_buffer_len, --reward.stop_properly_penalty_coef) "
                             "are not supported with per-rollout selectors; remove them from backend.extra_args")
-    shaped = sample_advantages(record, SCALED[estimator])
+    shaped = sample_advantages(record, ESTIMATOR_OF[estimator])
     for experience in experiences:
         index = torch.as_tensor(list(experience.index), dtype=torch.long)
         experience.rewards = torch.as_tensor(shaped, dtype=torch.float32)[index].to(experience.rewards.device)
