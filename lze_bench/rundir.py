@@ -106,6 +106,24 @@ def _json_default(obj):
     raise TypeError(f"not JSON serializable: {type(obj).__name__}")
 
 
+def _signal_as_recorded(trainer: dict) -> dict:
+    """The trainer config with its estimator and reward in the form runs recorded before `advantage_estimator`
+    and `reward_shape` existed: `scale_rewards` true (grpo) or false (dr_grpo), the binary reward implied. Only
+    settings those runs could not express (rloo, a shaped reward) keep their own keys, so they hash apart."""
+    trainer = dict(trainer)
+    estimator = trainer.get("advantage_estimator", "grpo") or "grpo"
+    scale = trainer.get("scale_rewards")
+    if estimator == "grpo" and scale is not False:
+        trainer["scale_rewards"] = True
+        trainer.pop("advantage_estimator", None)
+    elif estimator == "dr_grpo" or (estimator == "grpo" and scale is False):
+        trainer["scale_rewards"] = False
+        trainer.pop("advantage_estimator", None)
+    if (trainer.get("reward_shape") or "binary") == "binary":
+        trainer.pop("reward_shape", None)
+    return trainer
+
+
 # Keys that say where a run's curves are shown (`logger=[wandb]`, `tracking.project=...`), never what
 # it computes: changing them keeps the run directory, its resume point and its pairing.
 TRACKING_KEYS = ("logger", "tracking")
@@ -113,8 +131,12 @@ TRACKING_KEYS = ("logger", "tracking")
 
 def config_hash(cfg_container: dict) -> str:
     """A short stable hash of a resolved config, without run_dir (which names it) and the keys that do not
-    change the result: launcher (where it runs) and TRACKING_KEYS (where its curves go)."""
+    change the result: launcher (where it runs) and TRACKING_KEYS (where its curves go). The trainer's
+    training signal is hashed as runs recorded it before it had keys of its own (`_signal_as_recorded`), so
+    run directories, sweep jobs and resumes of those runs keep their names and identities."""
     data = {k: v for k, v in cfg_container.items() if k not in ("run_dir", "launcher", *TRACKING_KEYS)}
+    if isinstance(data.get("trainer"), dict):
+        data["trainer"] = _signal_as_recorded(data["trainer"])
     blob = json.dumps(data, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:10]
 

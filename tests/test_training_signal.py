@@ -207,3 +207,25 @@ def test_the_report_states_the_training_signal(tmp_path):
     note = training_note([*same, older])
     assert note.startswith("**Training signal differs between runs**")
     assert "`advantage_estimator=dr_grpo`, `reward_shape=binary`: sec seed 1" in note
+
+
+def test_runs_recorded_before_the_signal_keys_keep_their_hash_and_new_settings_hash_apart():
+    """A config.yaml written before `advantage_estimator` / `reward_shape` existed (scale_rewards true or false, no
+    estimator) hashes as today's equivalent config, so its run directory, sweep job and resume keep their
+    identity; rloo and a shaped reward, which such runs could not express, hash apart."""
+    from lze_bench.config import compose, config_dict
+    from lze_bench.rundir import config_hash
+
+    def recorded_before(overrides, scale):
+        old = config_dict(compose("train", overrides))
+        trainer = {k: v for k, v in old["trainer"].items() if k not in ("advantage_estimator", "reward_shape")}
+        return {**old, "trainer": {**trainer, "scale_rewards": scale}}
+
+    default = config_dict(compose("train", []))
+    assert config_hash(default) == config_hash(recorded_before([], True))
+    dr = config_dict(compose("train", ["trainer.advantage_estimator=dr_grpo"]))
+    assert config_hash(dr) == config_hash(recorded_before([], False))
+    assert config_hash(dr) == config_hash(config_dict(compose("train", ["trainer.scale_rewards=false"])))
+    hashes = {config_hash(config_dict(compose("train", [o]))) for o in (
+        "trainer.advantage_estimator=grpo", "trainer.advantage_estimator=rloo", "trainer.reward_shape=deepscaler")}
+    assert len(hashes) == 3 and config_hash(default) in hashes
