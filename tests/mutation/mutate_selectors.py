@@ -95,6 +95,10 @@ EQUIVALENT = {
         "numpy reads any negative size in reshape as 'infer this one': reshape(-2, 2) == reshape(-1, 2)",
     ("base.py", "if round_index >= 1:", "1 -> 0"):
         "round 0 then appends a 0: numpy's SeedSequence gives [seed, step, tag, 0] the stream of [seed, step, tag]",
+    ("lze.py", "self.update_pruner(ids, p >= SOLVED)", ">= -> >"):
+        "pass rates are multiples of 1/n: none equals 1 - 1e-8 (n < 10^8), so > and >= solve the same groups",
+    ("lze.py", 'st.cache_card = -np.abs(st.ema[ids] - 0.5) if cfg.variant == "card" else np.zeros(0)', "0 -> 1"):
+        "cache_card is read only by variant='card', which always caches a card of its own",
     ("greso_state.py", "keep = np.where(easy > 0, np.maximum(self.p_easy ** easy.astype(np.float64), floor), keep)",
      "> -> >="): "easy_run == 0 then gives max(p_easy ** 0, floor) = 1, the default keep probability",
     ("astral.py", "if pid.size == 0:", "0 -> 1"): "a one-entry buffer is already deduplicated: returned unchanged",
