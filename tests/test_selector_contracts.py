@@ -290,7 +290,7 @@ def test_every_round_has_its_own_rng_stream():
 
 
 def test_lze_counts_each_observation_once_on_large_batches():
-    """A batch of >= a quarter of the prompts takes the byte-scatter path (lze_state.marks); counts as per id."""
+    """A batch covering half the prompts, observed twice: n_obs counts each observation once, only its prompts."""
     from lze_bench.selectors import RolloutBatch
 
     for name in ("lze", "lze_full"):

@@ -5,49 +5,39 @@ Source (selectors.md §5): github Stellaris167/LZE at a508a2f,
 `prune_replay.py` (forward pruner), `ray_trainer.py` (fit-loop rules) and the
 launch scripts; paper arXiv 2605.17003, abstract only.
 
-Backward: a group's energy `E = d_init * 4p(1-p) * (1 + momentum_weight * m)`
-(difficulty anchored at first sight, learnability, momentum
-`m = min(2|p - ema|, 1)` against the EMA before this step). From epoch 1 on,
-the top `k` groups by `E` plus Gumbel exploration noise reach the update;
-epoch 0 keeps every group with a non-zero advantage; `keep_ratio >= 1` keeps
-all (the baseline launcher). Energies are computed in `observe` from the
-pre-update state and cached for `select_update` (spec §0 call order).
+Rule, per observed group with pass rate `p` (`observe`, in this order):
+1. first sight (`d_init < 0`): `d_init = max(1 - p, d_init_min)`, `ema = p`;
+2. energy `E = 4 p (1 - p) * d_init * (1 + momentum_weight * m)`, momentum
+   `m = min(2 |p - ema|, 1)` against the EMA before this step;
+3. `ema = ema_decay * ema + (1 - ema_decay) * p`, `n_obs += 1`, `last_p = p`;
+4. pruner (`prune_enabled`): a prompt solved (`p >= 1 - 1e-8`) on `prune_after`
+   consecutive observations is pruned; one in this epoch's replay pool stays
+   pruned only while solved.
+`select_update`: `keep_ratio >= 1` keeps all (the baseline launcher); epoch 0
+(and warm-up) keeps every group with a non-zero advantage; later epochs keep
+the top `k` groups by `E` plus Gumbel noise of scale
+`max(exploration_noise * max(max E - min E>0, 0.01), 1e-8)`, with `E == 0`
+never kept. `begin_epoch` draws the replay pool, a `replay_ratio` share of the
+pruned prompts; `select_rollout` skips pruned prompts not in it.
 
-Forward (`prune_enabled`, the `lze_full` preset): a prompt solved on
-`prune_after` consecutive observations is pruned from the rollout; each
-epoch a `replay_ratio` share of pruned prompts is re-checked and un-pruned if
-no longer solved.
-
-Choices where the spec is open (ours):
+Departures and choices where the spec is open (ours):
+* Energies are computed in `observe` from the pre-update state and kept for
+  `select_update` (spec §0 call order); `select_update` on a batch `observe`
+  has not seen is an error.
+* The Gumbel noise is one `rng.gumbel(0, scale, G)` draw with its logarithms
+  taken by `np.log` (`topk.gumbel_noise`: the same uniforms, values that can
+  differ from NumPy's generator in the last bit).
 * `anchor="init_probe"`: `probe()` asks once (before the first step) for all
-  N prompts; `observe_probe` applies first-sight initialisation (`d_init`,
-  `ema`, `first_epoch`) to them without counting an observation.
+  N prompts; `observe_probe` applies step 1 to them without counting an
+  observation.
 * `variant="card"` (never the default): key `-|ema - 0.5| / tau` with the EMA
   after this step's update, sampled without replacement by Gumbel-top-k
   (`rng.gumbel(size=G)`), same `k` schedule, dead groups never kept.
-* `select_update` on a batch `observe` has not seen is an error.
 * `align_minibatch` (default off, spec §5 "Authors' trainer alignment"):
   the mini-batch is the key `align_mini_batch_prompts`, default `floor(B / 4)`
   (both public launchers: 256 of 1024, 64 of 256), because the local
   backend has no PPO mini-batches (one optimizer step per update);
   `align_mask` says which kept responses train; `keep` is unchanged.
-
-Speed (issue 29: a step at 10^6 prompts within 5 np.sort(10^6); every
-decision, the rng stream and the state bit-identical to the straightforward
-formulas): 0/1 rewards take `reward_stats`' popcount path (which also
-proves them in [0, 1]). A batch covering >= 1/4 of the prompts is observed
-in prompt order (`lze_dense`: one byte per group scattered, then
-sequential blocks over the prompts instead of four random 4-byte accesses
-per group) and ranked from one-byte energy codes by
-`gumbel_top_k_codes` (a sampled cut, per-code uniform thresholds in
-cache-sized blocks, exact float64 keys only near the cut); its `last_p`
-and `n_obs` updates are kept as bytes and written when the state is read
-(`lze_dense.Deferred`: no decision reads them). Smaller batches: `LzeState.observe`
-batches its random accesses and blocks its arithmetic; `select_update`
-ranks every group with the E == 0 keys set to -inf in place by
-`gumbel_top_k_dense`, whose float32 pre-filter only rules out keys provably
-far from the k-th largest float64 key (our choice; the float64 energies
-and keys still decide every group near the threshold).
 """
 
 from __future__ import annotations
@@ -61,23 +51,27 @@ from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import SELECTORS
 from lze_bench.selectors.base import Selector, UpdateDecision
-from lze_bench.selectors.lze_dense import Work, observe_dense
 from lze_bench.selectors.lze_state import LzeState
-from lze_bench.selectors.stats import group_stats, reward_stats
-from lze_bench.selectors.topk import gumbel_top_k_codes, gumbel_top_k_dense, top_k_mask
+from lze_bench.selectors.stats import group_stats
+from lze_bench.selectors.topk import gumbel_noise, top_k_mask
+
+SOLVED = 1.0 - 1e-8  # prune_replay.py: a group counts as all-correct at p >= 1 - 1e-8
+
+
+def energy(p: np.ndarray, d_init: np.ndarray, ema: np.ndarray, momentum_weight: float) -> np.ndarray:
+    """float64 `E = 4 p (1 - p) d_init (1 + w m)`, `m = min(2 |p - ema|, 1)` (spec §5 steps 2-3).
+
+    `p` float64; `d_init`, `ema` the float32 state before this step's update.
+    The operations run in this order (each float64 rounding fixed), as in
+    every earlier version, so stored energies and decisions reproduce.
+    """
+    momentum = np.minimum(np.abs(p - ema) * 2.0, 1.0)
+    return (1.0 - p) * p * 4.0 * d_init * (1.0 + momentum_weight * momentum)
 
 
 def check_unit_interval(rewards: np.ndarray) -> None:
-    """Rewards must lie in [0, 1] (else 4p(1-p) can be negative): one pass in the common case.
-
-    Non-negative float32 values order like their bit patterns, and 1.0 is
-    0x3F800000, so `max(bits) <= 0x3F800000` proves the range; only if it
-    fails (a negative zero, or a real violation) the exact check runs.
-    """
-    rewards = np.ascontiguousarray(rewards, dtype=np.float32)
-    if rewards.size == 0 or int(rewards.view(np.uint32).max()) <= 0x3F800000:
-        return
-    if float(rewards.min()) < 0 or float(rewards.max()) > 1:
+    """Rewards must lie in [0, 1], else 4p(1-p) can be negative (spec §5 select_update)."""
+    if rewards.size and (float(rewards.min()) < 0 or float(rewards.max()) > 1):
         raise LzeBenchError("lze: rewards must lie in [0, 1] (4p(1-p) would be negative); rescale the task reward")
 
 
@@ -141,7 +135,6 @@ class LzeSelector(Selector):
     def __init__(self, config=None, *, num_prompts: int, batch_size: int | None = None):
         super().__init__(config, num_prompts=num_prompts, batch_size=batch_size)
         self.state = LzeState.empty(self.num_prompts)
-        self.work = Work()  # buffers of the prompt-order observe, reused across steps (not state)
 
     # --- forward -------------------------------------------------------------
     def begin_epoch(self, epoch, rng):
@@ -165,28 +158,48 @@ class LzeSelector(Selector):
         if self.config.anchor != "init_probe":
             return
         p, _ = group_stats(batch.rewards)
-        self.state.first_sight(batch.prompt_ids, p, self.config.d_init_min)
+        self.first_sight(batch.prompt_ids, p)
         self.state.anchored = True
 
     def select_rollout(self, candidate_ids, budget, step, rng, features=None):
         candidates = np.asarray(candidate_ids, dtype=np.int64).reshape(-1)
         if self.config.prune_enabled:
-            candidates = np.compress(self.state.rollout_mask(candidates), candidates)  # 2.5x faster than a bool index
+            st = self.state
+            candidates = candidates[~st.pruned[candidates] | st.replay[candidates]]
         return candidates[: max(0, int(budget))]  # no refill past the budget (original: the batch shrinks)
 
     # --- backward ------------------------------------------------------------
+    def first_sight(self, ids: np.ndarray, p: np.ndarray) -> None:
+        """Step 1: anchor the prompts among `ids` never seen before (d_init, ema = p, first_epoch)."""
+        st = self.state
+        fresh = st.d_init[ids] < 0
+        new_ids, new_p = ids[fresh], p[fresh]
+        st.d_init[new_ids] = np.maximum(1.0 - new_p, self.config.d_init_min)
+        st.ema[new_ids] = new_p
+        st.first_epoch[new_ids] = st.epoch
+
     def observe(self, batch):
-        dense = observe_dense(self.state, batch.prompt_ids, batch.rewards, self.config, self.work)
-        if dense is not None:  # a large batch of 0/1 rewards: the same state and energies, in prompt order
-            self.state.cache_dense(dense)
-            return
-        p, alive, binary = reward_stats(batch.rewards)
-        if not binary:  # 0/1 rewards are in [0, 1] by construction
-            check_unit_interval(batch.rewards)
-        cfg = self.config
-        energy = self.state.observe(batch.prompt_ids, p, cfg)
-        card = -np.abs(self.state.ema[batch.prompt_ids] - 0.5) if cfg.variant == "card" else None
-        self.state.cache(batch.prompt_ids, energy, alive, card)
+        """Steps 1-4 of the rule (module docstring) for every group; the energies are kept for select_update."""
+        cfg, st, ids = self.config, self.state, batch.prompt_ids
+        p, alive = group_stats(batch.rewards)
+        check_unit_interval(batch.rewards)
+        self.first_sight(ids, p)
+        ema = st.ema[ids]
+        st.cache_energy = energy(p, st.d_init[ids], ema, cfg.momentum_weight)  # with the EMA before the update
+        st.ema[ids] = ema * cfg.ema_decay + (1.0 - cfg.ema_decay) * p  # float32 * decay, float64 sum, float32
+        st.n_obs[ids] += 1
+        st.last_p[ids] = p
+        if cfg.prune_enabled:
+            self.update_pruner(ids, p >= SOLVED)
+        st.cache_ids, st.cache_alive = ids, alive
+        st.cache_card = -np.abs(st.ema[ids] - 0.5) if cfg.variant == "card" else np.zeros(0)
+
+    def update_pruner(self, ids: np.ndarray, solved: np.ndarray) -> None:
+        """Step 4: a replayed prompt stays pruned only while solved; others prune after a solved streak."""
+        st = self.state
+        streak = np.where(solved, st.streak[ids] + 1, 0)
+        st.streak[ids] = streak
+        st.pruned[ids] = np.where(st.replay[ids], solved, streak >= self.config.prune_after)
 
     def keep_count(self, groups: int) -> int:
         """k of the spec's schedule for `groups` groups in the current epoch (epoch >= warmup)."""
@@ -200,39 +213,29 @@ class LzeSelector(Selector):
         return min(groups, k)
 
     def select_update(self, batch, step, rng):
-        dense = self.state.dense(batch.prompt_ids)  # a prompt-order observe (lze_dense), or None
-        coded = dense is not None and dense.codes is not None
-        energy, alive, card = (None, dense.alive, None) if coded else self.state.cached(batch.prompt_ids)
-        cfg, groups = self.config, batch.num_groups
+        cfg, st, groups = self.config, self.state, batch.num_groups
+        if not np.array_equal(batch.prompt_ids, st.cache_ids):
+            raise LzeBenchError("lze: select_update got a batch that observe() has not seen; call observe(batch) first")
+        alive = st.cache_alive
         if cfg.keep_ratio >= 1:
             return UpdateDecision.keep_all(groups)  # baseline launcher: nothing dropped, dead groups included
-        epoch = self.state.epoch
-        if epoch == 0 or epoch < cfg.warmup_epochs:
+        if st.epoch == 0 or st.epoch < cfg.warmup_epochs:
             return UpdateDecision(keep=alive)  # epoch 0 records only; zero-advantage groups still dropped
         k = self.keep_count(groups)
         if k >= groups:
             return UpdateDecision(keep=alive)
         if cfg.variant == "card":
-            key = card / cfg.tau + rng.gumbel(size=groups)
+            key = st.cache_card / cfg.tau + rng.gumbel(size=groups)
             key[~alive] = -np.inf
             return UpdateDecision(keep=alive & top_k_mask(key, min(k, int(np.count_nonzero(alive)))))
-        if coded:  # the same live count, largest and smallest positive energy, kept by the observe
-            base, live, top, low = None, dense.live, dense.top, dense.low
-        else:
-            positive = energy > 0
-            live = int(np.count_nonzero(positive))
-            top = float(energy.max())  # energies are >= 0: the max over E > 0 is the max over all (NaN propagates)
-            base = np.where(positive, energy, -np.inf)  # the spec's key without noise: -inf for E == 0
-            low = float(np.abs(base, out=np.empty_like(base)).min())  # |-inf| = inf: the smallest E > 0
+        e = st.cache_energy
+        positive = e > 0
+        live = int(np.count_nonzero(positive))
         if live == 0:
             return UpdateDecision(keep=np.zeros(groups, dtype=bool))
-        scale = max(cfg.exploration_noise * max(top - low, 0.01), 1e-8)
-        # the spec's one rng.gumbel(0, scale, G) vector; keys with E == 0 are -inf, never among the top min(k, #E>0)
-        if coded:  # ranked from the one-byte energy codes, exact energies read near the cut
-            keep = gumbel_top_k_codes(rng, scale, dense.codes, dense.unit, dense.exact, min(k, live))
-        else:
-            keep = gumbel_top_k_dense(rng, scale, base, min(k, live), base_absmax=top)
-        return UpdateDecision(keep=np.logical_and(keep, alive, out=keep))
+        spread = max(float(e.max()) - float(e[positive].min()), 0.01)
+        key = np.where(positive, e, -np.inf) + gumbel_noise(rng, max(cfg.exploration_noise * spread, 1e-8), groups)
+        return UpdateDecision(keep=alive & top_k_mask(key, min(k, live)))
 
     # --- authors' trainer alignment ---------------------------------------------
     def align_mask(self, kept_groups: int, n: int, total_responses: int, rng) -> np.ndarray | None:

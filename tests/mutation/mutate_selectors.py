@@ -43,7 +43,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SELECTORS = REPO / "lze_bench" / "selectors"
 SKIP_FILES = {"__init__.py", "stats.py", "topk.py"}
-TESTS = ["tests/test_lze_dense.py", "tests/test_selectors_ragged.py", "tests/test_selectors_pods.py", "tests/test_selectors_curricula.py", "tests/test_selectors_spec.py", "tests/test_selectors.py", "tests/test_selector_contracts.py",
+TESTS = ["tests/test_selectors_ragged.py", "tests/test_selectors_pods.py", "tests/test_selectors_curricula.py", "tests/test_selectors_spec.py", "tests/test_selectors.py", "tests/test_selector_contracts.py",
          "tests/test_replay.py", "tests/test_step_rounds.py", "tests/test_selector_kernels.py",
          "tests/test_predictor.py"]
 
@@ -95,9 +95,9 @@ EQUIVALENT = {
         "numpy reads any negative size in reshape as 'infer this one': reshape(-2, 2) == reshape(-1, 2)",
     ("base.py", "if round_index >= 1:", "1 -> 0"):
         "round 0 then appends a 0: numpy's SeedSequence gives [seed, step, tag, 0] the stream of [seed, step, tag]",
-    ("lze_state.py", "marks[ids] = 1 if solved is None else np.add(solved, 1, dtype=np.uint8)", "1 -> 2"):
-        "marks without `solved` are read only as marks.view(bool) (n_obs counts), where any nonzero byte is one",
-    ("lze_state.py", "self.cache_card = np.zeros(0) if card is None else card", "0 -> 1"):
+    ("lze.py", "self.update_pruner(ids, p >= SOLVED)", ">= -> >"):
+        "pass rates are multiples of 1/n: none equals 1 - 1e-8 (n < 10^8), so > and >= solve the same groups",
+    ("lze.py", 'st.cache_card = -np.abs(st.ema[ids] - 0.5) if cfg.variant == "card" else np.zeros(0)', "0 -> 1"):
         "cache_card is read only by variant='card', which always caches a card of its own",
     ("greso_state.py", "keep = np.where(easy > 0, np.maximum(self.p_easy ** easy.astype(np.float64), floor), keep)",
      "> -> >="): "easy_run == 0 then gives max(p_easy ** 0, floor) = 1, the default keep probability",
@@ -163,57 +163,8 @@ EQUIVALENT = {
 
 # (substring of the line, mutation) -> reason, for every file
 EQUIVALENT_PATTERNS = {
-    ("self.latest, self.n = np.zeros(num, dtype=np.uint8), 0", "0 -> 1"):
-        "the deferred n before any observe: it only decides whether the (then empty) deferred rates are written",
-    ("self.counts, self.most = np.zeros(num, dtype=np.uint8), 0", "0 -> 1"):
-        "a larger start of the observe count only writes the deferred counts into n_obs one observe earlier",
-    ("self.most = 0", "0 -> 1"):
-        "a larger observe count after a write only writes the deferred counts into n_obs one observe earlier",
-    ("if deferred.most == np.iinfo(np.uint8).max:", "== -> !="):
-        "writing the deferred counts at (almost) every observe instead: the same n_obs, earlier",
-    ("MAX_SAMPLES = 254  # a group's correct count + 1 must fit a byte", "254 -> 255"):
-        "n = 249..255 never reaches the prompt-order path: binary_ones reads rows of n in {1, 2, 4} or 8k",
-    ("or rewards.shape[1] > MAX_SAMPLES:", "> -> >="):
-        "n = 254 never reaches the prompt-order path: binary_ones reads rows of n in {1, 2, 4} or 8k",
-    ("if cfg.variant != \"code\" or 4 * ids.size < num or rewards.shape[1] > MAX_SAMPLES:", "4 -> 5"):
-        "the batch size from which LZE observes in prompt order is a speed choice: both paths give the same values",
-    ("if cfg.variant != \"code\" or 4 * ids.size < num or rewards.shape[1] > MAX_SAMPLES:", "< -> <="):
-        "the batch size from which LZE observes in prompt order is a speed choice: both paths give the same values",
-    ("if cfg.variant != \"code\" or 4 * ids.size < num or rewards.shape[1] > MAX_SAMPLES:", "or -> and"):
-        "small batches observed in prompt order give the same values (the card variant's `or` is tested)",
-    ("if not hi <= bound:", "<= -> <"): "the bound has a 1e-12 margin over the largest energy: never equal",
-    ("if not d_init.min() >= 0:  # first sight", ">= -> >"): "_first_sight itself re-filters with d_init < 0",
-    ("if not d_init.min() >= 0:  # first sight", "0 -> 1"): "_first_sight itself re-filters with d_init < 0",
-    ("if n & (n - 1) == 0:", "*"): "guard of an exact fast path: c * (1/n) is c / n for n a power of two; "
-                                   "the mutants taking it for another n are killed (n = 24)",
-    ("size = min(marks.size, BLOCK)", "min -> max"): "lze_dense's scratch buffers: larger ones hold the same values",
     ("ROWS = 1 << 14  # groups decided at a time", "*"):
         "reinforce_ada's block size: each group's decision reads its own row only, any size decides the same",
-    ("BLOCK = 1 << 15  # prompts per block", "*"):
-        "lze_dense's block size: the blocks are independent prompt ranges, any size gives the same values",
-    ("return (1.0 + float(cfg.momentum_weight)) * (1.0 + 1e-12)", "1.0 -> 2.0"):
-        "a larger energy bound only makes the codes coarser (any bound >= every energy ranks exactly)",
-    ("return (1.0 + float(cfg.momentum_weight)) * (1.0 + 1e-12)", "1e-12 -> 2e-12"):
-        "a larger energy bound only makes the codes coarser (any bound >= every energy ranks exactly)",
-    ("if weight == 0.0 or 2.0**-600 <= weight <= 2.0**600:", "*"):
-        "guard of an exact fast path: both branches give the same energy bits (lze_state.energy_and_ema)",
-    ("where = np.flatnonzero(self.d_init[ids] < 0)", "< -> <="):
-        "first_sight only ever gets unanchored prompts (observe filters d_init < 0; the init probe runs first)",
-    ("if ids.size and not d_init.min() >= 0:", ">= -> >"): "the branch itself re-filters with d_init < 0",
-    ("first = np.flatnonzero(d_init < 0)", "< -> <="):
-        "first_sight skips d_init == 0 itself, and the reloaded d_init / ema are unchanged",
-    ("where = np.flatnonzero(self.d_init[ids] < 0)", "0 -> 1"):
-        "first_sight only ever gets unanchored prompts (d_init = -1): < 1 selects the same ones",
-    ("if ids.size and not d_init.min() >= 0:", "0 -> 1"): "the branch itself re-filters with d_init < 0",
-    ("first = np.flatnonzero(d_init < 0)", "0 -> 1"):
-        "first_sight re-filters d_init < 0, and the reloaded d_init / ema of anchored prompts are unchanged",
-    ("buf = np.empty(min(ids.size, BLOCK))", "min -> max"): "a larger scratch buffer; only buf[:block] is used",
-    ("if 4 * ids.size >= values.size:", "*"): "guard of a cache-warming read whose result is discarded",
-    ("values.view(np.uint8).max()", "max -> min"): "a cache-warming read whose result is discarded",
-    ("if 4 * ids.size < self.n_obs.size:", "*"):
-        "threshold between two paths that give the same counts and pruner state (tests cover both paths)",
-    ("if 4 * ids.size < self.pruned.size:", "*"):
-        "threshold between two forms of the same mask ~pruned | replay",
     ("if update is None and 4 * ids.size >= self.n_obs.size:", "4 -> 5"):
         "threshold between SkipHistory.observe's two paths, which give the same runs and counts (kernel test "
         "test_greso_large_batch_observe_equals_the_same_batch_in_small_pieces covers both)",
@@ -259,8 +210,6 @@ EQUIVALENT_PATTERNS = {
         "that branch runs only when raw < unit, where min and max both give count >= raw: nothing is cut",
     ("reshape(-1)", "1 -> 2"): "numpy reads any negative size as 'infer': reshape(-2) is reshape(-1)",
     ("~(draws < ", "< -> <="): "a uniform draw equals the skip probability with probability 0 (2^-53 per draw)",
-    ("int(rewards.view(np.uint32).max()) <= 0x3F800000", "<= -> <"):
-        "a maximum of exactly 1.0 then takes the exact range check, which accepts it too",
     ("k = max(max(1, int(np.floor(groups * ratio))), max(1, int(np.floor(groups * ratio_min))))", "1 -> 0"):
         "the other inner max(1, ...) still keeps k >= 1",
     ("size = min(m, BLOCK)", "min -> max"): "greso_state.screen's scratch buffers: larger ones hold the same "
