@@ -232,7 +232,10 @@ def _store(name: str, config: type) -> None:
     """Put the config in Hydra's store beside the built-ins' (lze_bench.config.register_all stores those)."""
     from hydra.core.config_store import ConfigStore
 
+    from lze_bench.config import forget_compositions
+
     ConfigStore.instance().store(group="selector", name=name, node=config)
+    forget_compositions()  # a composition kept from before would carry the plug-in's old config (its version)
 
 
 def _declared_name(cls) -> str | None:

@@ -91,6 +91,11 @@ _RECIPE_FILES: dict[str, dict[str, Path]] = {}  # group -> option -> file given 
 _BASE_CONFIGS: dict[tuple[str, tuple[str, ...]], object] = {}
 
 
+def forget_compositions() -> None:
+    """Drop the kept compositions: the ConfigStore changed (a plug-in's config was stored, or stored anew)."""
+    _BASE_CONFIGS.clear()
+
+
 def _load_attr(spec: str):
     module_name, attr = spec.split(":")
     return getattr(importlib.import_module(module_name), attr)
