@@ -84,10 +84,12 @@ def max_variance_subset(rewards: np.ndarray, m: int) -> np.ndarray:
     goes to the first one the authors try (torch's float32 `var` ties exactly too on 0/1 subsets such
     as 2 vs 3 correct of 5).
     """
-    rewards = np.asarray(rewards, dtype=np.float64)
+    rewards = np.asarray(rewards)
+    if rewards.dtype.kind != "f":
+        rewards = rewards.astype(np.float64)
     groups, n = rewards.shape
-    order = np.argsort(-rewards, axis=1, kind="stable")  # ties by generation index
-    ranked = np.take_along_axis(rewards, order, axis=1)
+    order = np.argsort(-rewards, axis=1, kind="stable")  # ties by generation index (any float type orders alike)
+    ranked = np.take_along_axis(rewards, order, axis=1).astype(np.float64)
     zero = np.zeros((groups, 1))
     sums = np.concatenate([zero, np.cumsum(ranked, axis=1)], axis=1)
     squares = np.concatenate([zero, np.cumsum(ranked * ranked, axis=1)], axis=1)
