@@ -1,11 +1,11 @@
 """The selector kernels equal their straightforward formulas bit for bit (same decisions).
 
-Covers `selectors/stats.py` (reward statistics vs row reductions), GRESO's and HIVE's
-skip rules against the spec formulas,
-`selectors/topk.py` (Gumbel top-k with the float32 pre-filter vs one
-`rng.gumbel` vector + stable top-k, including ties, tiny scales and NumPy's
-rejection of a zero uniform) and `lze_state.py` (folded energy arithmetic
-vs the spec's formula; the dense large-batch updates vs per-id updates).
+Covers `selectors/stats.py` (reward statistics vs row reductions), GRESO's and
+HIVE's skip rules against the spec formulas, `selectors/topk.py` (Gumbel top-k
+with the float32 pre-filter vs one `rng.gumbel` vector + stable top-k,
+including ties, tiny scales and NumPy's rejection of a zero uniform) and
+`lze_state.py` (folded energy arithmetic vs the spec's formula; the dense
+large-batch updates vs per-id updates).
 """
 
 from __future__ import annotations
