@@ -36,7 +36,7 @@ Public (this module):
   API_VERSION, check_api_version         this module's version and the compatibility rule
 
 Private (may change in any release): the built-in selectors' own modules and state helpers
-(lze_state, greso_state, lze_dense, astral_predict, dapo.keep_first_informative, ...), which are
+(lze_state, greso_state, astral_predict, dapo.keep_first_informative, ...), which are
 tuned to one method each; `save_state` / `load_state` and `build_selector`, which are the harness's
 side of the protocol (a selector returns a dict from `state_dict`, it never writes files); the
 registries (`lze_bench.registry`), which plug-ins reach through `selector=MODULE:CLASS` or the

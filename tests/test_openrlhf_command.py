@@ -64,9 +64,9 @@ def recipe_selectors() -> list:
 
 
 def test_recipe_runs_the_per_rollout_selectors_with_their_own_settings(tmp_path):
-    """pods, speed and reinforce_ada (issue 29) in the 1.5B recipe: each composes with its selector_overrides into
-    OpenRLHF flags at the recipe's shared n = 8; SPEED takes its authors' 1.5B script (8 + 16 rollouts) and
-    continues in multiples of the node's GPUs."""
+    """pods, speed and reinforce_ada (decisions per rollout) in the 1.5B recipe: each composes with its
+    selector_overrides into OpenRLHF flags at the recipe's shared n = 8; SPEED takes its authors' 1.5B
+    script (8 + 16 rollouts) and continues in multiples of the node's GPUs."""
     spec = yaml.safe_load(RECIPE.read_text())
     for name in ("pods", "speed", "reinforce_ada"):
         own = spec.get("selector_overrides", {}).get(name, [])

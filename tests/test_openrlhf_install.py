@@ -64,7 +64,7 @@ def test_smoke_1gpu_sweep_runs_every_backend_selector_on_one_gpu(tmp_path):
 
     spec = yaml.safe_load((REPO / "sweeps" / "smoke_1gpu.yaml").read_text())
     # GSM8K carries no per-prompt column: every selector that reads none (adarft and sec read a level),
-    # the per-rollout ones (issue 29) with smoke-sized settings of their own
+    # the per-rollout ones (pods, speed, reinforce_ada) with smoke-sized settings of their own
     on_gsm8k = [s for s in runnable_selectors() if not SELECTORS[s].metadata_columns(SELECTORS[s].Config())]
     assert {"adarft", "sec"}.isdisjoint(on_gsm8k) and {"mopps", "pods", "speed", "reinforce_ada"} <= set(on_gsm8k)
     assert spec["grid"]["selector"][0] == "uniform" and sorted(spec["grid"]["selector"]) == sorted(on_gsm8k)

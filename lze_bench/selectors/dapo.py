@@ -116,13 +116,9 @@ class DapoSelector(Selector):
 
 
 def keep_first_informative(informative: np.ndarray, room: int) -> np.ndarray:
-    """Dynamic sampling (spec §2): the first `room` informative groups, in generation order, as a new array:
-    `informative & (cumsum <= room)` with an int32 running count (half the memory traffic of the default
-    int64 one at 10^6 groups; exact below 2^31 groups). When all the informative groups fit, no running
-    count exceeds `room` (each is <= the total): a copy, no cumsum. Also GRESO's, HIVE's and SPEED's."""
-    if np.count_nonzero(informative) <= room:
-        return informative.copy()
-    return informative & (np.cumsum(informative, dtype=np.int32) <= room)
+    """Dynamic sampling (spec §2): the first `room` informative groups, in generation order (also GRESO's,
+    HIVE's and SPEED's)."""
+    return informative & (np.cumsum(informative) <= room)
 
 
 def cap_rounds(more: int, gen_rounds: int, config, who: str, kept: int, target: int) -> tuple[int, bool]:

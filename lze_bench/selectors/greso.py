@@ -45,7 +45,7 @@ from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import SELECTORS
 from lze_bench.selectors.base import Selector, UpdateDecision
-from lze_bench.selectors.greso_state import SkipHistory, check_history_config, round_estimate
+from lze_bench.selectors.greso_state import SkipHistory, check_history_config, group_classes, round_estimate
 
 
 @dataclass
@@ -123,17 +123,16 @@ class GresoSelector(Selector):
     def select_rollout(self, candidate_ids, budget, step, rng, features=None):
         candidates = np.asarray(candidate_ids, dtype=np.int64).reshape(-1)
         self.history.cand_step += int(candidates.size)
-        # skip iff u < 1 - keep, one uniform per candidate in candidate order
-        return self.history.survivor_ids(candidates, rng)[: max(0, int(budget))]
+        return self.history.survivors(candidates, rng)[: max(0, int(budget))]
 
     # --- backward ------------------------------------------------------------
     def observe(self, batch):
-        solved, failed, _ = self.history.classes(batch.rewards, self.name)
+        solved, failed, _ = group_classes(batch.rewards, self.name)
         self.history.observe(batch.prompt_ids, solved, failed)
 
     def select_update(self, batch, step, rng):
         hist, target = self.history, self.train_batch_size
-        _, _, informative = self.history.classes(batch.rewards, self.name)
+        _, _, informative = group_classes(batch.rewards, self.name)
         keep = hist.keep_informative(informative, target)
         groups = batch.num_groups
         zero = groups - int(np.count_nonzero(informative))

@@ -89,41 +89,29 @@ class MoppsSelector(Selector):
 
     def __init__(self, config=None, *, num_prompts: int, batch_size: int | None = None):
         super().__init__(config, num_prompts=num_prompts, batch_size=batch_size)
-        # alpha and beta side by side, one row per prompt: `sample` gathers both of a candidate in one random
-        # read (at 10^6 candidates in a shuffled order the gathers cost as much as a sort); `alpha` and `beta`
-        # are views of its columns
-        self.params = np.column_stack([np.full(self.num_prompts, float(self.config.prior_alpha)),
-                                       np.full(self.num_prompts, float(self.config.prior_beta))])
-        self.observed = np.zeros(self.num_prompts, dtype=bool)  # rolled out at least once (`sample`'s fast path)
-
-    @property
-    def alpha(self) -> np.ndarray:
-        return self.params[:, 0]
-
-    @property
-    def beta(self) -> np.ndarray:
-        return self.params[:, 1]
+        self.alpha = np.full(self.num_prompts, float(self.config.prior_alpha))
+        self.beta = np.full(self.num_prompts, float(self.config.prior_beta))
+        self.observed = np.zeros(self.num_prompts, dtype=bool)  # rolled out at least once
 
     def candidates_per_step(self, budget: int) -> int:
         # our_ray_trainer.py L175-177: min(int(ts_ratio * gen_batch_size), len(dataset))
         return max(int(budget), min(int(math.floor(self.config.ts_ratio * int(budget))), self.num_prompts))
 
     def sample(self, candidates: np.ndarray, rng) -> np.ndarray:
-        """One Thompson draw r_i ~ Beta(alpha_i, beta_i) per candidate (mopps.py L45).
+        """One Thompson draw r_i ~ Beta(alpha_i, beta_i) per candidate (mopps.py L45), in candidate order.
 
         With the Beta(1, 1) prior, a prompt never rolled out has the uniform distribution: every candidate
-        gets one `rng.random` (candidate order), then the rolled-out ones (`observed`) are redrawn with one
-        `rng.beta` (candidate order). The same distribution, several times faster at 10^6 candidates: NumPy's
-        beta takes a slow path for parameters <= 1, and only the observed prompts' parameters are gathered."""
+        gets one `rng.random`, then the rolled-out ones (`observed`) are redrawn with one `rng.beta`. The
+        same distribution as one `rng.beta` over every candidate (not the same stream); other priors take
+        that one `rng.beta`."""
         cfg = self.config
         if cfg.prior_alpha != 1.0 or cfg.prior_beta != 1.0:
-            both = np.take(self.params, candidates, axis=0)  # np.take: NumPy's fancy indexing of rows is several times slower
-            return rng.beta(both[:, 0], both[:, 1])
+            return rng.beta(self.alpha[candidates], self.beta[candidates])
         sampled = rng.random(candidates.size)
         seen = np.flatnonzero(self.observed[candidates])
         if seen.size:
-            both = np.take(self.params, candidates[seen], axis=0)
-            sampled[seen] = rng.beta(both[:, 0], both[:, 1])
+            ids = candidates[seen]
+            sampled[seen] = rng.beta(self.alpha[ids], self.beta[ids])
         return sampled
 
     def select_rollout(self, candidate_ids, budget, step, rng, features=None):
@@ -131,9 +119,8 @@ class MoppsSelector(Selector):
         budget = min(max(0, int(budget)), candidates.size)
         sampled = self.sample(candidates, rng)
         cfg = self.config
-        if cfg.strategy == "topk":  # L49-51: the smallest (r - target)^2, as a largest key, in place
-            key = np.subtract(sampled, cfg.target, out=sampled)
-            chosen = np.flatnonzero(top_k_mask(np.negative(np.square(key, out=key), out=key), budget))
+        if cfg.strategy == "topk":  # L49-51: the smallest (r - target)^2
+            chosen = np.flatnonzero(top_k_mask(-np.square(sampled - cfg.target), budget))
         else:
             inside = np.flatnonzero((sampled >= cfg.lower) & (sampled <= cfg.upper))
             if inside.size >= budget:  # L55-57: a uniform random `budget` of those in range
@@ -164,6 +151,6 @@ class MoppsSelector(Selector):
         return {"alpha": self.alpha.copy(), "beta": self.beta.copy(), "observed": self.observed.copy()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.params = np.column_stack([np.asarray(state["alpha"], dtype=np.float64),
-                                       np.asarray(state["beta"], dtype=np.float64)])
+        self.alpha = np.array(state["alpha"], dtype=np.float64)
+        self.beta = np.array(state["beta"], dtype=np.float64)
         self.observed = np.asarray(state["observed"], dtype=bool).copy()

@@ -58,7 +58,6 @@ from lze_bench.config.schema import require
 from lze_bench.errors import LzeBenchError
 from lze_bench.registry import SELECTORS
 from lze_bench.selectors.base import StatelessSelector, UpdateDecision
-from lze_bench.selectors.stats import rows_by_pattern
 
 
 @dataclass
@@ -78,76 +77,19 @@ class PodsConfig:
 def max_variance_subset(rewards: np.ndarray, m: int) -> np.ndarray:
     """bool[G, n]: per group, the m rollouts the authors' max-variance loop keeps (module docstring).
 
-    Vectorised over groups. Each candidate subset i (the i highest and m - i lowest rewards) is
-    scored by m·Σr² - (Σr)² = m(m-1)·variance, exact for 0/1 rewards (and from prefix sums of the
-    sorted rewards otherwise, exact for small multiples of a power of two), so subsets whose
-    variances are equal tie exactly and the tie goes to the first one the authors try (torch's
-    float32 `var` ties exactly too on 0/1 subsets such as 2 vs 3 correct of 5). 0/1 rewards (the
-    grader's) take a path without a sort: their sorted order follows from the running count of
-    correct rollouts.
+    Vectorised over groups: a stable descending sort of each group (ties by generation index), then
+    each candidate subset i (the i highest and m - i lowest rewards) is scored by m·Σr² - (Σr)² =
+    m(m-1)·variance from prefix sums of the sorted rewards. The score is exact for 0/1 rewards (and
+    small multiples of a power of two), so subsets whose variances are equal tie exactly and the tie
+    goes to the first one the authors try (torch's float32 `var` ties exactly too on 0/1 subsets such
+    as 2 vs 3 correct of 5).
     """
     rewards = np.asarray(rewards)
-    ones = rewards == 1
-    if np.count_nonzero(ones) + np.count_nonzero(rewards == 0) == rewards.size:
-        # a group's kept rollouts depend only on its 0/1 row: the rule runs once per possible row (speed)
-        return rows_by_pattern(ones, lambda flags: _binary_keep(flags, int(m)))
-    return _sorted_keep(rewards.astype(np.float64), int(m))
-
-
-def _authors_loop(score, m: int, groups: int) -> np.ndarray:
-    """int[G]: the i (0..m) the authors keep, `score(i)` -> float[G] being m(m-1) x subset i's variance.
-
-    Their loop, vectorised over groups: start from the all-top subset (i = m), then try i = 0, 1, ...,
-    m - 1 and move only on a strictly larger variance (ties keep the first found)."""
-    best_i = np.full(groups, m, dtype=np.int64)
-    best = score(m)
-    for i in range(m):
-        candidate = score(i)
-        better = candidate > best
-        best = np.where(better, candidate, best)
-        best_i = np.where(better, i, best_i)
-    return best_i
-
-
-def _binary_keep(ones: np.ndarray, m: int) -> np.ndarray:
-    """`max_variance_subset` of 0/1 rewards (`ones` = the correct rollouts), without a sort.
-
-    Sorted descending and stably, a group's k correct rollouts come first in generation order, then
-    its wrong ones; subset i holds min(i, k) correct from the top and max(0, k - (n - m + i)) from
-    the bottom, and with c correct of m, m·Σr² - (Σr)² = c·(m - c). The loops run over columns
-    (n, m + 1), each step vectorised over the G groups: NumPy's row-wise reductions of short rows
-    are several times slower at 10^6 groups.
-    """
-    groups, n = ones.shape
-    # 8-bit counts (16-bit scores, at most (m/2)^2) while n fits: a quarter of the memory traffic of int64
-    small, wide = (np.int8, np.int16) if n < 127 else (np.int64, np.int64)
-    flags = np.ascontiguousarray(ones.T)  # [n, G]: each column a contiguous row
-    before = np.empty((n, groups), dtype=small)  # correct rollouts up to and including column j
-    running = np.zeros(groups, dtype=small)
-    for j in range(n):
-        running += flags[j]
-        before[j] = running
-    correct = running
-
-    def score(i):
-        kept_correct = (np.minimum(i, correct) + np.maximum(0, correct - (n - m + i))).astype(wide)
-        return kept_correct * (m - kept_correct)
-
-    best = _authors_loop(score, m, groups).astype(small)
-    low = (n - m + best).astype(small)
-    keep = np.empty((n, groups), dtype=bool)
-    for j in range(n):
-        # sorted position: a correct rollout's rank among the correct ones; a wrong one's k + its rank among the wrong
-        position = np.where(flags[j], before[j] - 1, correct + (j - before[j]))
-        keep[j] = (position < best) | (position >= low)
-    return keep.T  # a [G, n] view of the column-major flags (rows are read one group at a time)
-
-
-def _sorted_keep(rewards: np.ndarray, m: int) -> np.ndarray:
-    """`max_variance_subset` of any rewards, through a stable descending sort of each group."""
+    if rewards.dtype.kind != "f":
+        rewards = rewards.astype(np.float64)
     groups, n = rewards.shape
-    order = np.argsort(-rewards, axis=1, kind="stable")  # ties by generation index
-    ranked = np.take_along_axis(rewards, order, axis=1)
+    order = np.argsort(-rewards, axis=1, kind="stable")  # ties by generation index (any float type orders alike)
+    ranked = np.take_along_axis(rewards, order, axis=1).astype(np.float64)
     zero = np.zeros((groups, 1))
     sums = np.concatenate([zero, np.cumsum(ranked, axis=1)], axis=1)
     squares = np.concatenate([zero, np.cumsum(ranked * ranked, axis=1)], axis=1)
@@ -157,9 +99,17 @@ def _sorted_keep(rewards: np.ndarray, m: int) -> np.ndarray:
         square = squares[:, i] + squares[:, n] - squares[:, n - m + i]
         return m * square - total * total
 
-    best = _authors_loop(score, m, groups)
+    # the authors' loop: start from the all-top subset (i = m), then try i = 0, 1, ..., m - 1 and move
+    # only on a strictly larger variance (ties keep the first found)
+    best_i = np.full(groups, m, dtype=np.int64)
+    best = score(m)
+    for i in range(m):
+        candidate = score(i)
+        better = candidate > best
+        best = np.where(better, candidate, best)
+        best_i = np.where(better, i, best_i)
     rank = np.arange(n)[None, :]
-    in_sorted = (rank < best[:, None]) | (rank >= n - m + best[:, None])
+    in_sorted = (rank < best_i[:, None]) | (rank >= n - m + best_i[:, None])
     keep = np.empty((groups, n), dtype=bool)
     np.put_along_axis(keep, order, in_sorted, axis=1)
     return keep
@@ -187,5 +137,5 @@ class PodsSelector(StatelessSelector):
     def select_update(self, batch, step, rng):
         m = self.kept_per_group(batch.group_size)
         return UpdateDecision(keep=np.ones(batch.num_groups, dtype=bool),
-                              keep_rollouts=max_variance_subset(batch.rewards, m),
+                              keep_rollouts=max_variance_subset(batch.rewards, int(m)),
                               advantage_stats="kept", advantage_eps=self.config.adv_eps)

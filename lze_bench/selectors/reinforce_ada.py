@@ -59,7 +59,6 @@ from lze_bench.selectors.base import StatelessSelector, UpdateDecision
 from lze_bench.selectors.stats import first_of_each, row_counts
 
 CHOICES = ("balanced", "positive_focused")
-ROWS = 1 << 14  # groups decided at a time: their temporaries stay in cache (measured at 10^6 x 16)
 
 
 @dataclass
@@ -89,8 +88,7 @@ def kept_counts(pos: np.ndarray, neg: np.ndarray, n: int, finished: np.ndarray) 
     top-up fills the negatives up to take - kept positives. So: negatives min(Q, take - min(P, floor(n/2))), and
     positives the rest of `take` (there are always enough: take <= P + Q). tests/test_selectors_ragged.py checks
     this against the branches as written, for both choices and every small P, Q, n."""
-    take = np.minimum(pos + neg, n)
-    np.maximum(take, np.multiply(finished, n, dtype=take.dtype), out=take)  # n where finished (take <= n: a max)
+    take = np.where(finished, n, np.minimum(pos + neg, n))
     kept_neg = np.minimum(neg, take - np.minimum(pos, n // 2))
     return take - kept_neg, kept_neg
 
@@ -115,45 +113,23 @@ class ReinforceAdaSelector(StatelessSelector):
 
     def select_update(self, batch, step, rng):
         cfg, n = self.config, int(self.group_size or batch.group_size)  # n: kept per prompt (the authors' rollout.n)
-        groups, width = batch.rewards.shape
-        keep, keep_rollouts = np.empty(groups, dtype=bool), np.empty((groups, width), dtype=bool)
-        for start in range(0, groups, ROWS):  # each group's decision reads its own row only
-            rows = slice(start, start + ROWS)
-            keep[rows] = self._decide(batch.rewards[rows], None if batch.valid is None else batch.valid[rows], n,
-                                      keep_rollouts[rows])
-        hold = ~keep
-        repeat = self.round_repeat(n)  # extend in the smallest integer type that holds it (one byte: 1 MB at 10^6)
-        return UpdateDecision(keep=keep, keep_rollouts=keep_rollouts,
-                              advantage_stats="generated" if cfg.global_stat_est else "kept",
-                              hold=hold, extend=np.multiply(hold, repeat, dtype=np.min_scalar_type(repeat)))
-
-    def _decide(self, rewards: np.ndarray, valid: np.ndarray | None, n: int, keep_rollouts: np.ndarray) -> np.ndarray:
-        """keep bool[g] of some groups' rewards float32[g, m] (valid: their columns that hold a rollout, None =
-        all), their kept rollouts written into `keep_rollouts` (bool[g, m]). Counts and ranks go by row words
-        (`stats`): a sum or cumulative sum along a short last axis costs ~50 ms at 10^6 groups. The same
-        integers in one byte each when n and m fit (array-array ufuncs on bytes are SIMD and cache-light)."""
-        cfg = self.config
-        width = rewards.shape[1]
-        count_type = np.uint8 if max(n, width) <= 255 else np.int32  # every count and limit is <= max(n, m)
-        positive = np.greater(rewards, cfg.positive_threshold)
-        if valid is None:
-            rollouts = width
-        else:
+        valid = batch.valid
+        positive = batch.rewards > cfg.positive_threshold
+        if valid is not None:
             positive &= valid
-            rollouts = np.asarray(row_counts(valid), dtype=count_type)
-        pos = np.asarray(row_counts(positive), dtype=count_type)
-        neg = np.subtract(rollouts, pos, dtype=count_type)  # negatives: valid and not positive
+        rollouts = batch.counts
+        pos = row_counts(positive)
+        neg = rollouts - pos  # negatives: valid and not positive
         if cfg.choice == "balanced":
             half = n // 2  # floor(n/2) positives and n - floor(n/2) negatives (RT:1087-1090)
             finished = (pos >= half) & (neg >= n - half)
         else:
             finished = pos >= 1
-        last = np.greater_equal(rollouts, cfg.max_rounds * self.round_repeat(n))  # every round adds round_repeat
-        keep = finished | last
+        keep = finished | (rollouts >= cfg.max_rounds * self.round_repeat(n))  # every round adds round_repeat
         kept_pos, kept_neg = kept_counts(pos, neg, n, finished)
         # the first kept_pos positives and kept_neg negatives in generation order, none outside kept groups
-        kept = keep.view(np.uint8) if count_type is np.uint8 else keep  # bytes times bytes: no mixed-type loop
-        kept_pos *= kept
-        kept_neg *= kept
-        first_of_each(positive, valid, kept_pos, kept_neg, out=keep_rollouts)
-        return keep
+        keep_rollouts = first_of_each(positive, valid, np.where(keep, kept_pos, 0), np.where(keep, kept_neg, 0))
+        hold = ~keep
+        return UpdateDecision(keep=keep, keep_rollouts=keep_rollouts,
+                              advantage_stats="generated" if cfg.global_stat_est else "kept",
+                              hold=hold, extend=np.where(hold, self.round_repeat(n), 0))

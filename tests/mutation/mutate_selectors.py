@@ -4,9 +4,9 @@
     python3 tests/mutation/mutate_selectors.py --rerun out.json     # only the survivors of an earlier run
     python3 tests/mutation/mutate_selectors.py --since REV          # only lines changed since git REV
 
-For every selector module (lze_bench/selectors/*.py but the speed kernels
-`stats.py` and `topk.py`, which tests/test_selector_kernels.py checks against
-the plain formulas), each token that carries a rule is mutated alone, one
+For every selector module (lze_bench/selectors/*.py but the speed kernels of
+`topk.py`, which tests/test_selector_kernels.py checks against the plain
+formulas), each token that carries a rule is mutated alone, one
 mutant per token: comparison swaps (`<` `<=` `>` `>=` `==` `!=`), arithmetic
 swaps (`+` `-`, `*` `/`, `//` `/`), `max` / `min` (and the `np.` forms),
 `floor` / `ceil`, `and` / `or`, `True` / `False`, a removed `abs` / `not`,
@@ -42,7 +42,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SELECTORS = REPO / "lze_bench" / "selectors"
-SKIP_FILES = {"__init__.py", "stats.py", "topk.py"}
+SKIP_FILES = {"__init__.py", "topk.py"}
 TESTS = ["tests/test_selectors_ragged.py", "tests/test_selectors_pods.py", "tests/test_selectors_curricula.py", "tests/test_selectors_spec.py", "tests/test_selectors.py", "tests/test_selector_contracts.py",
          "tests/test_replay.py", "tests/test_step_rounds.py", "tests/test_selector_kernels.py",
          "tests/test_predictor.py"]
@@ -71,20 +71,6 @@ EQUIVALENT = {
         "exactly `budget` in range: the nearest-to-the-interval branch picks them too (distance 0), the same set",
     ("adarft.py", "if short < tied.size:", "< -> <="):
         "short == tied.size: top_k_mask of all the tied keeps them all, as skipping the cut does",
-    ("stats.py", "right = np.equal(rewards, 1.0)", "1.0 -> 2.0"):
-        "guard of an exact fast path (0/1 rewards): with the mutant the counts disagree and the row reductions, "
-        "which give the same answer, decide",
-    ("stats.py", "nonzero = np.not_equal(rewards, 0.0)  # -0.0 == 0.0: a -0.0 counts as a 0 verdict, as it compares",
-     "0.0 -> 1.0"):
-        "guard of an exact fast path (0/1 rewards): with the mutant the counts disagree and the row reductions, "
-        "which give the same answer, decide",
-    ("stats.py", "bounds = np.empty((2, rows, words), dtype=np.uint8)", "2 -> 3"):
-        "a third, never written plane of scratch: only planes 0 and 1 are filled and returned",
-    ("reinforce_ada.py", "count_type = np.uint8 if max(n, width) <= 255 else np.int32  # every count and limit is <= max(n, m)",
-     "<= -> <"): "n or m = 255 then counts in int32 instead of one byte: the same integers (a byte holds 255; "
-                 "the mutant 255 -> 256 is killed by n = 256)",
-    ("stats.py", "if width >= 255 or not np.little_endian:", "not -> (removed)"):
-        "platform guard: on a little-endian machine (every one this runs on) both forms take the word path",
     ("sec.py", "self.queue = np.zeros(0, dtype=np.int64)  # every arm's queue, arm after arm", "0 -> 1"):
         "the initial queue is never read: q_pos = q_end = 0 make every arm's window empty until the first refill",
     ("sec.py", "_, first = np.unique(window[: 2 * take], return_index=True)  # a repeat is the refill's, <= take apart",
@@ -133,26 +119,14 @@ EQUIVALENT = {
         "split 0: the buffer is one appended batch (distinct prompts), which both paths deduplicate and filter alike",
     ("astral_predict.py", "w1, b1, w2, b2 = weights[:20].reshape(10, 2), weights[20:30], weights[30:50].reshape(2, 10), "
      "weights[50:52]", "52 -> 53"): "the packed array has 52 entries: slicing to 53 gives the same two",
-    ("greso_state.py", "if cached is not None and cached[0] is rewards:", "0 -> 1"):
-        "a cache of a pure function: never hitting it computes the same classes and rates again",
-    ("greso_state.py", "ones = binary_ones(rewards) if rewards.shape[1] >= 2 else None  # one popcount pass serves all four",
-     ">= -> >"): "n = 2 then takes the general path, which gives the same classes and rates (kernel tests)",
-    ("greso_state.py", "ones = binary_ones(rewards) if rewards.shape[1] >= 2 else None  # one popcount pass serves all four",
-     "2 -> 3"): "n = 2 then takes the general path, which gives the same classes and rates (kernel tests)",
     ("greso_state.py", "arrays[key] = value.astype(np.int32, copy=True)", "True -> False"):
         "the loaded arrays are copied into the record array; no view of the caller's state is kept",
     ("hive.py", "if value.dtype != np.float32:  # float32 stays: its values compare exactly against a float64 median",
      "!= -> =="): "float32 then goes to float64 and float64 stays: either way V is compared in float64 with the median",
-    ("greso_state.py", "lowest, highest = min(lowest, 0), max(highest, 0)", "0 -> 1"):
-        "max(highest, 1) only adds a table entry for run +1 that no candidate reads (min(lowest, 1) is killed)",
     ("astral_predict.py", "CHUNK_ROWS = 8192  # rows of similarities held at once: 8192 x ref_size float32",
      "8192 -> 8193"): "chunk size of a row-wise loop: every chunk computes the same rows (test: rows beyond one chunk)",
     ("astral_predict.py", "return vectors / np.where(norms > 0, norms, 1.0)  # a zero embedding stays zero (similarity 0)",
      "1.0 -> 2.0"): "the divisor is used only for zero rows: 0 / 2 = 0 / 1 = 0",
-    ("pods.py", "small, wide = (np.int8, np.int16) if n < 127 else (np.int64, np.int64)", "< -> <="):
-        "n = 127 still fits 8 bits: counts and sorted positions are at most n = 127, scores at most 63 x 64",
-    ("pods.py", "small, wide = (np.int8, np.int16) if n < 127 else (np.int64, np.int64)", "127 -> 128"):
-        "n = 127 still fits 8 bits: counts and sorted positions are at most n = 127, scores at most 63 x 64",
     ("pods.py", "square = squares[:, i] + squares[:, n] - squares[:, n - m + i]", "+ -> -"):
         "the first +: squares[:, n] (a group's Σr² over all n) is one number per group, so -Σ instead of +Σ shifts "
         "every candidate's score by the same -2mΣ and the chosen i is the same (the other + -> - is killed)",
@@ -163,44 +137,11 @@ EQUIVALENT = {
 
 # (substring of the line, mutation) -> reason, for every file
 EQUIVALENT_PATTERNS = {
-    ("ROWS = 1 << 14  # groups decided at a time", "*"):
-        "reinforce_ada's block size: each group's decision reads its own row only, any size decides the same",
-    ("if update is None and 4 * ids.size >= self.n_obs.size:", "4 -> 5"):
-        "threshold between SkipHistory.observe's two paths, which give the same runs and counts (kernel test "
-        "test_greso_large_batch_observe_equals_the_same_batch_in_small_pieces covers both)",
-    ("if update is None and 4 * ids.size >= self.n_obs.size:", "* -> /"):
-        "threshold between SkipHistory.observe's two paths, which give the same runs and counts (kernel test "
-        "test_greso_large_batch_observe_equals_the_same_batch_in_small_pieces covers both)",
-    ("if update is None and 4 * ids.size >= self.n_obs.size:", ">= -> >"):
-        "threshold between SkipHistory.observe's two paths, which give the same runs and counts (kernel test "
-        "test_greso_large_batch_observe_equals_the_same_batch_in_small_pieces covers both)",
     ("if low >= 0 and high < 4 * ids.size + 1024:", "*"):
         "chooses bincount or np.unique for the same duplicate test (dataset ids are >= 0; tests cover both)",
     ("low, high = int(ids.min()), int(ids.max())", "*"):
         "bounds that only choose bincount or np.unique for the same duplicate test (ids >= 0)",
     ("BLOCK = 1 << 16", "*"): "block size of a blocked loop: every block computes the same values",
-    ("CACHE_BLOCK = 1 << 14", "*"): "block size of a blocked loop: every block computes the same values",
-    ("return 4 * part >= whole", "*"):
-        "threshold between whole-array and per-call paths that give the same values (tests cover both: "
-        "test_hive_screen_of_many_candidates_equals_the_spec_formula, test_hive_large_batch_observe_equals_...)",
-    ("if ones is not None and n < np.iinfo(np.uint8).max and covers(", "< -> <="):
-        "correct counts exist only for n in {1, 2, 4} or a multiple of 8 (stats.binary_ones): never n = 255",
-    ("if ones is not None and n < np.iinfo(np.uint8).max and covers(", "max -> min"):
-        "n < 0 never holds: every batch takes observe's per-group path, which gives the same state (tests "
-        "compare the two paths: test_hive_large_batch_observe_equals_the_same_batch_in_small_pieces)",
-    ("if not covers(candidates.size, self.num_prompts):", "not -> (removed)"):
-        "swaps HIVE's two stage-1 paths, which give the same shortlist (tests compare each with the formula)",
-    ("table, lowest, highest = None, 0, -1", "*"):
-        "bounds before the first table, which the first block always builds (table is None); keep_table "
-        "widens any range to run 0, and one more entry (+1) is never read",
-    ("highest = lowest + table.size - 1", "1 -> 2"):
-        "an upper bound one below the table's end only rebuilds the same table more often",
-    ("highest = lowest + table.size - 1", "+ -> -"):
-        "an upper bound below the table's start rebuilds the same table at every block",
-    ("if table is None or low < lowest or high > highest:", "< -> <="):
-        "a block whose runs reach the table's end rebuilds the same table (each entry an elementwise pow)",
-    ("if table is None or low < lowest or high > highest:", "> -> >="):
-        "a block whose runs reach the table's end rebuilds the same table (each entry an elementwise pow)",
     ("SOLVED = 1.0 - 1e-8", "1e-8 -> 2e-08"): "pass rates are multiples of 1/n: no p lies in [1 - 2e-8, 1 - 1e-8) for n < 5e7",
     ("(self.batch_size or 0) // 4)", "// -> /"): "int() of a positive quotient is its floor; max(1, x < 1) is 1",
     ("(self.batch_size or 0) // 4)", "0 -> 1"): "without a batch size, 0 // 4 and 1 // 4 are both 0: max(1, .) = 1",
@@ -212,14 +153,6 @@ EQUIVALENT_PATTERNS = {
     ("~(draws < ", "< -> <="): "a uniform draw equals the skip probability with probability 0 (2^-53 per draw)",
     ("k = max(max(1, int(np.floor(groups * ratio))), max(1, int(np.floor(groups * ratio_min))))", "1 -> 0"):
         "the other inner max(1, ...) still keeps k >= 1",
-    ("size = min(m, BLOCK)", "min -> max"): "greso_state.screen's scratch buffers: larger ones hold the same "
-                                            "values (only their first `width` entries are used)",
-    ("buffer = np.empty(min(runs.size, CACHE_BLOCK), dtype=np.int32)", "min -> max"):
-        "run_blocks' scratch buffer: a larger one holds the same runs (only its first `width` entries are used)",
-    ("if np.count_nonzero(informative) <= room:", "<= -> <"):
-        "with exactly `room` informative groups the running-count rule keeps every one too (each count <= room)",
-    ("if not covers(ids.size, self.rows.size):", "not -> (removed)"):
-        "swaps GRESO's two screen paths, which give the same survivors (tests compare each with `survivors`)",
     ("if np.count_nonzero(passed) > budget:", "> -> >="):
         "with exactly `budget` passing, the top-`budget` cap picks the same prompts",
 }

@@ -142,8 +142,9 @@ PROBLEM = "Is {i} odd? Reply 1 for yes, 0 for no."  # the tiny policy's task (fi
 EVERY_SELECTOR = "LZE_BENCH_EVERY_SELECTOR"  # =1: the OpenRLHF tests' longer runs for every selector, not a subset
 
 
-# selectors that decide per rollout (issue 29), at the OpenRLHF tests' scale (n = 4): PODS keeps 2 of 4,
-# Reinforce-Ada rolls out rounds of 4 (two at most), SPEED screens with 2 and continues with 4 more (groups of 6)
+# selectors that keep some of a group's rollouts or extend groups, at the OpenRLHF tests' scale (n = 4):
+# PODS keeps 2 of 4, Reinforce-Ada rolls out rounds of 4 (two at most), SPEED screens with 2 and continues
+# with 4 more (groups of 6)
 PER_ROLLOUT = {"pods": ("selector.down_sample_ratio=2",),
                "reinforce_ada": ("selector.round_repeat=4", "selector.max_rounds=2"),
                "speed": ("selector.n_init=2", "selector.n_continue=4")}
