@@ -27,13 +27,17 @@ Public (this module):
   STEP_METRICS                           the diagnostics `step_metrics()` may report
   TAG_SELECT_ROLLOUT, TAG_SELECT_UPDATE, TAG_BEGIN_EPOCH, TAG_PROBE, step_rng
                                          how the harness seeds each call's rng (reproduce it in tests)
-  top_k, top_k_mask, gumbel_top_k, gumbel_where
-                                         deterministic top-k and Gumbel-top-k, fast at 10^6 prompts
-  group_stats, reward_stats, pass_rates, binary_ones, varied_rows
-                                         per-group reward statistics, fast at 10^6 groups
+  top_k, top_k_mask, gumbel_top_k, gumbel_where, gumbel_noise, median
+                                         deterministic top-k, Gumbel-top-k and its noise, a float64 median
+  group_stats, reward_stats, pass_rates, binary_ones, varied_rows, row_counts, first_of_each
+                                         per-group reward statistics and per-row counts
   SelectorExhausted, LzeBenchError       errors: one line for the user
   require                                one-line validation of a Config field in __post_init__
   API_VERSION, check_api_version         this module's version and the compatibility rule
+
+The built-in selectors (lze_bench/selectors/*.py) import nothing else from lze-bench but their own
+private helper modules (tests/test_selector_api.py checks it), so they are examples of what a plug-in can
+do with this module alone.
 
 Private (may change in any release): the built-in selectors' own modules and state helpers
 (lze_state, greso_state, astral_predict, dapo.keep_first_informative, ...), which are
@@ -50,8 +54,9 @@ from lze_bench.errors import LzeBenchError
 from lze_bench.selectors.base import (EXTRA_FIELDS, STEP_METRICS, TAG_BEGIN_EPOCH, TAG_PROBE, TAG_SELECT_ROLLOUT,
                                       TAG_SELECT_UPDATE, FeatureFn, RolloutBatch, Selector, SelectorExhausted,
                                       StatelessSelector, UpdateDecision, step_rng, top_k)
-from lze_bench.selectors.stats import binary_ones, group_stats, pass_rates, reward_stats, varied_rows
-from lze_bench.selectors.topk import gumbel_top_k, gumbel_where, top_k_mask
+from lze_bench.selectors.stats import (binary_ones, first_of_each, group_stats, pass_rates, reward_stats, row_counts,
+                                       varied_rows)
+from lze_bench.selectors.topk import gumbel_noise, gumbel_top_k, gumbel_where, median, top_k_mask
 
 API_VERSION = "1.0"
 
@@ -59,8 +64,8 @@ __all__ = [
     "API_VERSION", "check_api_version",
     "Selector", "StatelessSelector", "RolloutBatch", "UpdateDecision", "FeatureFn", "EXTRA_FIELDS", "STEP_METRICS",
     "TAG_SELECT_ROLLOUT", "TAG_SELECT_UPDATE", "TAG_BEGIN_EPOCH", "TAG_PROBE", "step_rng",
-    "top_k", "top_k_mask", "gumbel_top_k", "gumbel_where",
-    "group_stats", "reward_stats", "pass_rates", "binary_ones", "varied_rows",
+    "top_k", "top_k_mask", "gumbel_top_k", "gumbel_where", "gumbel_noise", "median",
+    "group_stats", "reward_stats", "pass_rates", "binary_ones", "varied_rows", "row_counts", "first_of_each",
     "SelectorExhausted", "LzeBenchError", "require",
 ]
 

@@ -9,16 +9,62 @@ too, below both the report and the sweep packages that use it.
 from __future__ import annotations
 
 import difflib
+import importlib
 
 from lze_bench.errors import LzeBenchError
 
 
 class Registry(dict):
-    """A dict from name to plug-in whose missing keys raise one helpful line."""
+    """A dict from name to plug-in whose missing keys raise one helpful line.
 
-    def __init__(self, kind: str):
+    `loader` ("module:function"): registers the built-in entries; it runs once, before the first read of the
+    registry. The built-in selectors are registered this way rather than when their package is imported,
+    because they import the public API (lze_bench.api), which imports that package's base module: registering
+    on package import would import a selector while the API it needs is half-built.
+    """
+
+    def __init__(self, kind: str, loader: str | None = None):
         super().__init__()
         self.kind = kind
+        self._loader = loader
+
+    def _load(self) -> None:
+        if self._loader:
+            module, _, function = self._loader.partition(":")
+            self._loader = None  # before the call: the loader's own registrations read the registry
+            getattr(importlib.import_module(module), function)()
+
+    def __getitem__(self, name):
+        self._load()
+        return super().__getitem__(name)
+
+    def __contains__(self, name) -> bool:
+        self._load()
+        return super().__contains__(name)
+
+    def __iter__(self):
+        self._load()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._load()
+        return super().__len__()
+
+    def get(self, name, default=None):
+        self._load()
+        return super().get(name, default)
+
+    def keys(self):
+        self._load()
+        return super().keys()
+
+    def values(self):
+        self._load()
+        return super().values()
+
+    def items(self):
+        self._load()
+        return super().items()
 
     def add(self, name: str):
         def remember(obj):
@@ -41,7 +87,7 @@ def unknown_choice(kind: str, name: str, choices) -> str:
     return f"unknown {kind} {name!r}{hint} (choices: {', '.join(names) or 'none'})"
 
 
-SELECTORS = Registry("selector")
+SELECTORS = Registry("selector", loader="lze_bench.selectors:register_builtins")
 BACKENDS = Registry("backend")
 TASKS = Registry("task")
 BENCHMARKS = Registry("benchmark")  # evaluation datasets (gsm8k, math500, ...)

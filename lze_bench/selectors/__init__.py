@@ -1,6 +1,6 @@
 """Selectors, registered by name in `lze_bench.registry.SELECTORS`.
 
-Importing this package registers every selector module listed here.
+`BUILTIN_SELECTORS` lists them; they are registered the first time the registry is read.
 """
 
 from __future__ import annotations
@@ -19,10 +19,23 @@ from lze_bench.selectors.base import (  # noqa: F401  (public interface)
     top_k,
 )
 
-SELECTOR_MODULES = ("uniform", "dapo", "astral", "hive", "greso", "lze", "mopps", "adarft", "sec", "pods", "reinforce_ada", "speed")
+# The built-in selectors: name -> "module:Class" under this package, in the order they were added. Each
+# module imports only lze_bench.api (and its own private helpers), as a plug-in does; the registry calls
+# `register_builtins` before it is first read (lze_bench.registry.Registry's loader).
+BUILTIN_SELECTORS = {
+    "uniform": "uniform:UniformSelector", "dapo": "dapo:DapoSelector", "astral": "astral:AstralSelector",
+    "hive": "hive:HiveSelector", "greso": "greso:GresoSelector", "lze": "lze:LzeSelector",
+    "lze_full": "lze:LzeFullSelector", "mopps": "mopps:MoppsSelector", "adarft": "adarft:AdarftSelector",
+    "sec": "sec:SecSelector", "pods": "pods:PodsSelector", "reinforce_ada": "reinforce_ada:ReinforceAdaSelector",
+    "speed": "speed:SpeedSelector",
+}
+SELECTOR_MODULES = tuple(dict.fromkeys(target.partition(":")[0] for target in BUILTIN_SELECTORS.values()))
 
-for _module in SELECTOR_MODULES:
-    importlib.import_module(f"lze_bench.selectors.{_module}")
+
+def register_builtins() -> None:
+    for name, target in BUILTIN_SELECTORS.items():
+        module, _, cls = target.partition(":")
+        SELECTORS.add(name)(getattr(importlib.import_module(f"lze_bench.selectors.{module}"), cls))
 
 
 def build_selector(selector_cfg, *, num_prompts: int, batch_size: int | None = None, metadata=None) -> Selector:

@@ -45,9 +45,8 @@ from typing import Optional
 
 import numpy as np
 
-from lze_bench.config.schema import require
-from lze_bench.registry import SELECTORS
-from lze_bench.selectors.base import Selector, UpdateDecision, top_k_mask
+from lze_bench.api import Selector, UpdateDecision, require, top_k_mask
+
 
 
 @dataclass
@@ -87,7 +86,6 @@ def nearest(distance: np.ndarray, rank_of, k: int) -> np.ndarray:
     return np.flatnonzero(chosen)
 
 
-@SELECTORS.add("adarft")
 class AdarftSelector(Selector):
     """AdaRFT: the B prompts whose difficulty is nearest a target T; T follows the batch's mean reward."""
 

@@ -53,11 +53,8 @@ from typing import Optional
 
 import numpy as np
 
-from lze_bench.config.schema import require
-from lze_bench.errors import LzeBenchError
-from lze_bench.registry import SELECTORS
+from lze_bench.api import LzeBenchError, Selector, UpdateDecision, group_stats, require
 from lze_bench.selectors.astral_predict import dots_draw, head_predict, kernel_predict, prediction_metrics
-from lze_bench.selectors.base import Selector, UpdateDecision, group_stats
 
 _ARRAYS = ("ref_ids", "y_ref", "round_ids", "buf_pid", "buf_step", "buf_mean", "pool_pid", "pool_step", "last_p",
            "p_hat", "p_kernel")
@@ -116,7 +113,6 @@ def replayable(mean_reward: np.ndarray) -> np.ndarray:
     return (mean_reward != 0.0) & (mean_reward != 1.0)
 
 
-@SELECTORS.add("astral")
 class AstralSelector(Selector):
     """ASTRAL: draw prompts predicted near pass rate alpha each round; replay recent groups."""
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lze_bench.selectors.base import top_k
+from lze_bench.api import top_k
+
 
 CHUNK_ROWS = 8192  # rows of similarities held at once: 8192 x ref_size float32
 

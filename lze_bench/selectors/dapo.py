@@ -28,10 +28,8 @@ from typing import Optional
 
 import numpy as np
 
-from lze_bench.config.schema import require
-from lze_bench.errors import LzeBenchError
-from lze_bench.registry import SELECTORS
-from lze_bench.selectors.base import Selector, SelectorExhausted, UpdateDecision, group_stats
+from lze_bench.api import LzeBenchError, Selector, SelectorExhausted, UpdateDecision, group_stats, require
+
 
 
 @dataclass
@@ -56,7 +54,6 @@ class DapoConfig:
         )
 
 
-@SELECTORS.add("dapo")
 class DapoSelector(Selector):
     """DAPO dynamic sampling: drop all-correct/all-wrong groups, roll out more until the batch is full."""
 

@@ -41,10 +41,7 @@ from typing import Optional
 
 import numpy as np
 
-from lze_bench.config.schema import require
-from lze_bench.errors import LzeBenchError
-from lze_bench.registry import SELECTORS
-from lze_bench.selectors.base import Selector, UpdateDecision
+from lze_bench.api import LzeBenchError, Selector, UpdateDecision, require
 from lze_bench.selectors.greso_state import SkipHistory, check_history_config, group_classes, round_estimate
 
 
@@ -75,7 +72,6 @@ class GresoConfig:
         check_history_config(self)
 
 
-@SELECTORS.add("greso")
 class GresoSelector(Selector):
     """GRESO: skip likely zero-variance prompts before rollout; dynamic sampling with adaptive rounds."""
 

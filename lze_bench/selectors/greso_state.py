@@ -17,8 +17,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from lze_bench.config.schema import require
-from lze_bench.errors import LzeBenchError
+from lze_bench.api import LzeBenchError, require
 from lze_bench.selectors.dapo import cap_rounds, keep_first_informative
 
 PER_PROMPT = ("easy_run", "hard_run", "n_obs")

@@ -34,13 +34,8 @@ from typing import Optional
 
 import numpy as np
 
-from lze_bench.config.schema import require
-from lze_bench.errors import LzeBenchError
-from lze_bench.registry import SELECTORS
-from lze_bench.selectors.base import Selector, UpdateDecision, top_k_mask
-from lze_bench.selectors.topk import median
+from lze_bench.api import LzeBenchError, Selector, UpdateDecision, median, pass_rates, require, top_k_mask
 from lze_bench.selectors.greso_state import SkipHistory, check_history_config, group_classes
-from lze_bench.selectors.stats import pass_rates
 
 
 @dataclass
@@ -72,7 +67,6 @@ class HiveConfig:
         check_history_config(self)
 
 
-@SELECTORS.add("hive")
 class HiveSelector(Selector):
     """HIVE: random screen towards the learning edge, keep high prompt entropy, fill by dynamic sampling."""
 

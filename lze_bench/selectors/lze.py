@@ -47,13 +47,8 @@ from typing import Optional
 
 import numpy as np
 
-from lze_bench.config.schema import require
-from lze_bench.errors import LzeBenchError
-from lze_bench.registry import SELECTORS
-from lze_bench.selectors.base import Selector, UpdateDecision
+from lze_bench.api import LzeBenchError, Selector, UpdateDecision, group_stats, gumbel_noise, require, top_k_mask
 from lze_bench.selectors.lze_state import LzeState
-from lze_bench.selectors.stats import group_stats
-from lze_bench.selectors.topk import gumbel_noise, top_k_mask
 
 SOLVED = 1.0 - 1e-8  # prune_replay.py: a group counts as all-correct at p >= 1 - 1e-8
 
@@ -125,7 +120,6 @@ class LzeFullConfig(LzeConfig):
     replay_ratio: float = 0.1  # code
 
 
-@SELECTORS.add("lze")
 class LzeSelector(Selector):
     """LZE: keep the top groups by learning-zone energy (backward selection)."""
 
@@ -269,7 +263,6 @@ class LzeSelector(Selector):
         self.state = LzeState.from_dict(state, self.num_prompts)
 
 
-@SELECTORS.add("lze_full")
 class LzeFullSelector(LzeSelector):
     """LZE with the forward pruner and replay enabled (the method as the abstract describes it)."""
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from lze_bench.errors import LzeBenchError
+from lze_bench.api import LzeBenchError
+
 
 PER_PROMPT = ("d_init", "ema", "n_obs", "first_epoch", "last_p", "streak", "pruned", "replay")
 CACHE = ("cache_ids", "cache_energy", "cache_alive", "cache_card")

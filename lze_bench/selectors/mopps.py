@@ -47,10 +47,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lze_bench.config.schema import require
-from lze_bench.registry import SELECTORS
-from lze_bench.selectors.base import Selector, UpdateDecision, top_k_mask
-from lze_bench.selectors.stats import pass_rates
+from lze_bench.api import Selector, UpdateDecision, pass_rates, require, top_k_mask
+
 
 STRATEGIES = ("topk", "threshold")
 N1_RESET = 8.0  # mopps.py L77-78: the value alpha and beta are set to when n == 1 (the precedence quirk)
@@ -80,7 +78,6 @@ class MoppsConfig:
         require(0 <= self.lower <= self.upper <= 1, "selector.lower", "need 0 <= lower <= upper <= 1")
 
 
-@SELECTORS.add("mopps")
 class MoppsSelector(Selector):
     """MoPPS: Thompson-sample each candidate's pass rate from its Beta posterior; roll out those nearest the target."""
 

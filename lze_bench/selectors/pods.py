@@ -54,10 +54,8 @@ from typing import Optional
 
 import numpy as np
 
-from lze_bench.config.schema import require
-from lze_bench.errors import LzeBenchError
-from lze_bench.registry import SELECTORS
-from lze_bench.selectors.base import StatelessSelector, UpdateDecision
+from lze_bench.api import LzeBenchError, StatelessSelector, UpdateDecision, require
+
 
 
 @dataclass
@@ -115,7 +113,6 @@ def max_variance_subset(rewards: np.ndarray, m: int) -> np.ndarray:
     return keep
 
 
-@SELECTORS.add("pods")
 class PodsSelector(StatelessSelector):
     """PODS: every candidate up to the budget, every group kept, m of its n rollouts trained."""
 

@@ -53,10 +53,8 @@ from typing import Optional
 
 import numpy as np
 
-from lze_bench.config.schema import require
-from lze_bench.registry import SELECTORS
-from lze_bench.selectors.base import StatelessSelector, UpdateDecision
-from lze_bench.selectors.stats import first_of_each, row_counts
+from lze_bench.api import StatelessSelector, UpdateDecision, first_of_each, require, row_counts
+
 
 CHOICES = ("balanced", "positive_focused")
 
@@ -93,7 +91,6 @@ def kept_counts(pos: np.ndarray, neg: np.ndarray, n: int, finished: np.ndarray) 
     return take - kept_neg, kept_neg
 
 
-@SELECTORS.add("reinforce_ada")
 class ReinforceAdaSelector(StatelessSelector):
     """Reinforce-Ada: rounds of `round_repeat` rollouts per active prompt, a balanced n kept per prompt."""
 

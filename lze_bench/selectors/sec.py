@@ -44,10 +44,8 @@ from typing import Optional
 
 import numpy as np
 
-from lze_bench.config.schema import require
-from lze_bench.errors import LzeBenchError
-from lze_bench.registry import SELECTORS
-from lze_bench.selectors.base import Selector, UpdateDecision
+from lze_bench.api import LzeBenchError, Selector, UpdateDecision, require
+
 
 ADV_EPS = 1e-6  # verl compute_grpo_outcome_advantage epsilon
 MAX_ARMS = 1 << 16  # arm codes are 16-bit
@@ -97,7 +95,6 @@ def mean_abs_advantage(rewards: np.ndarray) -> np.ndarray:
     return np.abs(centred).mean(axis=1) / (std + ADV_EPS)
 
 
-@SELECTORS.add("sec")
 class SecSelector(Selector):
     """SEC: Boltzmann bandit over categories (e.g. difficulty levels), rewarded by the batch's mean |advantage|."""
 

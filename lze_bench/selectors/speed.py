@@ -53,9 +53,7 @@ from typing import Optional
 
 import numpy as np
 
-from lze_bench.config.schema import require
-from lze_bench.registry import SELECTORS
-from lze_bench.selectors.base import Selector, UpdateDecision
+from lze_bench.api import Selector, UpdateDecision, require
 from lze_bench.selectors.dapo import keep_first_informative
 
 
@@ -79,7 +77,6 @@ class SpeedConfig:
         require(self.max_num_gen_batches >= 1, "selector.max_num_gen_batches", "must be >= 1")
 
 
-@SELECTORS.add("speed")
 class SpeedSelector(Selector):
     """SPEED-RL: n_init screening rollouts, n_continue more for the prompts with 0 < pass rate < 1."""
 

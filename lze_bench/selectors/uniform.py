@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lze_bench.registry import SELECTORS
-from lze_bench.selectors.base import StatelessSelector, UpdateDecision
+from lze_bench.api import StatelessSelector, UpdateDecision
+
 
 
 @dataclass
@@ -18,7 +18,6 @@ class UniformConfig:
     name: str = "uniform"
 
 
-@SELECTORS.add("uniform")
 class UniformSelector(StatelessSelector):
     """Every candidate up to the budget; every group to the update."""
 
