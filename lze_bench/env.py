@@ -70,8 +70,9 @@ NCCL_DEBUG = EnvVar("NCCL_DEBUG", "WARN", ("backends/openrlhf/entry.py",),
                     "passed to Ray workers (NCCL's own variable)")
 RAY_ZERO_COPY = EnvVar("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1", ("backends/openrlhf/entry.py",),
                        "passed to Ray workers: tensors cross processes without a copy (Ray's own variable)")
-PYTHONPATH = EnvVar("PYTHONPATH", None, ("backends/openrlhf/entry.py",),
-                    "passed to Ray workers when set, so they import the same lze_bench")
+PYTHONPATH = EnvVar("PYTHONPATH", None, ("backends/openrlhf/entry.py", "plugins.py"),
+                    "passed to Ray workers, with a selector plug-in's module folder added, so they import the same "
+                    "lze_bench and plug-in")
 SLURM_PROCID = EnvVar("SLURM_PROCID", None, ("backends/openrlhf/launch.py", "backends/openrlhf/ray_cluster.py"),
                       "set by Slurm: this process runs inside a Slurm step")
 SLURM_JOB_NODELIST = EnvVar("SLURM_JOB_NODELIST", None, ("backends/openrlhf/ray_cluster.py",),

@@ -22,6 +22,11 @@ and the one-line errors for unknown keys and bad values work as for a built-in:
                     module file: a changed plug-in changes the run's config, so a resume of a run made
                     with the old one is refused like any changed config (a new default run directory)
 
+Other processes: `selector_class(cfg.selector)` is every backend process's lookup by name; a process that
+did not compose the config (OpenRLHF's driver and its Ray trainer actor) registers the plug-in there from
+the recorded `plugin`. `worker_pythonpath` gives the PYTHONPATH for Ray workers, which start in another
+directory: the caller's plus the folder a module file was imported from, checked in a fresh interpreter.
+
 Refused in one line: a path that does not import, a class that is not a selector, a name that
 shadows a built-in, two plug-ins with one name, an incompatible `lze_bench_api` (lze_bench.api).
 """
@@ -167,6 +172,89 @@ def ensure_registered(selector_cfg) -> None:
     target = selector_cfg.get("plugin") if hasattr(selector_cfg, "get") else getattr(selector_cfg, "plugin", None)
     if name not in SELECTORS and target:
         load_import_path(str(target))
+
+
+def selector_class(selector_cfg) -> type:
+    """The registered class of a composed selector config: every backend process's one lookup by name.
+
+    A process that did not compose the config (the OpenRLHF driver, its Ray actors, a replay) registers
+    the plug-in first from the config's recorded `plugin` ("module:Class") or the installed entry points.
+    """
+    from lze_bench.registry import SELECTORS
+
+    import lze_bench.selectors  # noqa: F401  (the built-ins are registered before a plug-in's name is checked)
+
+    ensure_registered(selector_cfg)
+    name = selector_cfg.get("name") if hasattr(selector_cfg, "get") else getattr(selector_cfg, "name", None)
+    return SELECTORS[name]
+
+
+def import_root(name: str) -> Path | None:
+    """The folder a process started elsewhere (a Ray worker, in another directory) needs on its path to import
+    plug-in `name`'s module; None for a built-in or a plug-in of an installed distribution, which every process
+    of this Python finds in its site-packages. Refused in one line when the module has no file to import."""
+    info = PLUGINS.get(name)
+    if info is None or info.distribution:
+        return None
+    module_name = info.target.partition(":")[0]
+    source = getattr(sys.modules.get(module_name), "__file__", None)
+    if not source:
+        raise LzeBenchError(f"selector plug-in {name} ({info.target}): module {module_name!r} has no file another "
+                            "process could import (defined in the running program?); put it in a module file")
+    root = Path(source).resolve().parent
+    if Path(source).stem == "__init__":
+        root = root.parent  # a package's folder sits in its root
+    for _ in module_name.split(".")[1:]:
+        root = root.parent
+    return root
+
+
+def worker_pythonpath(selector_cfg, pythonpath: str | None) -> str | None:
+    """The PYTHONPATH for processes that build the selector elsewhere (Ray workers): `pythonpath` plus the
+    plug-in's import root (appended: the user's own entries keep their precedence). Ray puts a local driver's
+    current directory on its workers' path itself, but not for a client (`ray://`) driver or a runtime env with
+    a working_dir; this entry holds either way. Checked by finding the
+    module in a fresh interpreter with that path, started outside the current directory; refused in one line
+    naming the plug-in and why when it is not found there, or another module of that name is."""
+    name = selector_cfg.get("name") if hasattr(selector_cfg, "get") else getattr(selector_cfg, "name", None)
+    root = import_root(name)
+    if root is None:
+        return pythonpath
+    entries = [entry for entry in (pythonpath or "").split(os.pathsep) if entry]
+    if str(root) not in entries:
+        entries.append(str(root))
+    joined = os.pathsep.join(entries)
+    _check_found_elsewhere(PLUGINS[name], joined)
+    return joined
+
+
+_FOUND: dict[tuple[str, str], str] = {}  # (module, PYTHONPATH) -> where a fresh interpreter finds it ("" nowhere)
+
+
+def _check_found_elsewhere(info: PluginInfo, pythonpath: str) -> None:
+    import subprocess
+    import tempfile
+
+    from lze_bench import env
+
+    module_name = info.target.partition(":")[0]
+    key = (module_name, pythonpath)
+    if key not in _FOUND:
+        probe = ("import importlib.util, sys\nspec = importlib.util.find_spec(sys.argv[1])\n"
+                 "print(spec.origin if spec and spec.origin else '')")
+        done = subprocess.run([sys.executable, "-c", probe, module_name], capture_output=True, text=True,
+                              cwd=tempfile.gettempdir(), env=env.child_env({env.PYTHONPATH: pythonpath}))
+        _FOUND[key] = done.stdout.strip() if done.returncode == 0 else ""
+    found = _FOUND[key]
+    here = str(Path(sys.modules[module_name].__file__).resolve())
+    if not found:
+        why = f"a fresh Python with PYTHONPATH={pythonpath} does not find module {module_name!r}"
+    elif str(Path(found).resolve()) != here:
+        why = f"they would import module {module_name!r} from {found}, not {here}"
+    else:
+        return
+    raise LzeBenchError(f"selector plug-in {info.name} ({info.target}) cannot be imported by the Ray workers: {why}; "
+                        "install it as a distribution, or rename the module")
 
 
 def rewrite_selector_paths(overrides: list[str]) -> list[str]:

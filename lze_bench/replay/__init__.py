@@ -173,9 +173,9 @@ def replay_log(log: RolloutLogData, selector_cfg, seed: int = 0, budget_fraction
     `replay.group_size` (n for selectors that extend groups, lze_bench.replay.extending; None = the
     log's first row).
     """
-    from lze_bench.registry import SELECTORS
+    from lze_bench.plugins import selector_class
 
-    extending = bool(getattr(SELECTORS[selector_cfg.name], "extends_groups", False))
+    extending = bool(getattr(selector_class(selector_cfg), "extends_groups", False))
     if not extending:
         check_group_sizes(log, selector_cfg.name)
     order = np.argsort(log.step, kind="stable")  # rows of a step stay in log order

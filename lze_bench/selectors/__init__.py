@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-from lze_bench.registry import SELECTORS
+from lze_bench.registry import SELECTORS  # noqa: F401  (re-exported)
 from lze_bench.selectors.base import (  # noqa: F401  (public interface)
     RolloutBatch,
     Selector,
@@ -47,10 +47,9 @@ def build_selector(selector_cfg, *, num_prompts: int, batch_size: int | None = N
     from omegaconf import DictConfig, OmegaConf
 
     # a plug-in named by a config this process did not compose; by name: the loader stands above selectors
-    importlib.import_module("lze_bench.plugins").ensure_registered(selector_cfg)
+    cls = importlib.import_module("lze_bench.plugins").selector_class(selector_cfg)
     if isinstance(selector_cfg, DictConfig):
         selector_cfg = OmegaConf.to_object(selector_cfg)
-    cls = SELECTORS[selector_cfg.name]
     names = cls.metadata_columns(selector_cfg)
     if not names:
         return cls(selector_cfg, num_prompts=num_prompts, batch_size=batch_size)

@@ -293,11 +293,15 @@ def runnable_selectors() -> list[str]:
 
 
 def _check_selector(cfg) -> None:
+    from lze_bench import env
+    from lze_bench.plugins import selector_class, worker_pythonpath
     from lze_bench.registry import SELECTORS
 
     name = cfg.selector.name
-    if name not in SELECTORS:
+    if name not in SELECTORS and not cfg.selector.get("plugin"):
         raise LzeBenchError(f"selector={name} is not registered; see `lze-bench selectors`")
+    selector_class(cfg.selector)
+    worker_pythonpath(cfg.selector, env.value(env.PYTHONPATH))  # a plug-in the Ray workers cannot import: one line
     from lze_bench.backends.openrlhf.head import check_head
 
     check_head(cfg)  # astral's learned head: the file, its format, its encoder (one line each)

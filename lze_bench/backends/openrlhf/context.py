@@ -60,12 +60,12 @@ def build_run_selector(cfg, num_prompts: int):
     """The selector of a saved config, re-typed with its dataclass schema, with the run's per-prompt columns."""
     from omegaconf import OmegaConf
 
-    from lze_bench.registry import SELECTORS
+    from lze_bench.metadata import read_columns
+    from lze_bench.plugins import selector_class
     from lze_bench.selectors import build_selector
 
-    from lze_bench.metadata import read_columns
-
-    schema = OmegaConf.structured(SELECTORS[cfg.selector.name].Config)
+    # inside the trainer actor: a plug-in is registered here from the config's recorded `plugin`
+    schema = OmegaConf.structured(selector_class(cfg.selector).Config)
     node = OmegaConf.merge(schema, cfg.selector)
     # the per-prompt columns the launcher recorded from the task's rows (launch.write_metadata)
     return build_selector(node, num_prompts=num_prompts, batch_size=int(cfg.trainer.batch_size),

@@ -21,8 +21,10 @@ is exactly what `lze-bench train backend=openrlhf --dry-run` prints. It
 Before OpenRLHF starts, the run's launch plan is read (plan.py: a run prepared
 without one fails here, not in the trainer actor), an interrupted first checkpoint is set aside
 (checkpoints.py), and OpenRLHF's placement groups are awaited for at most
-`backend.placement_timeout_s` (placement.py). The driver's PYTHONPATH, when
-set, is passed to every actor so they import the same lze_bench.
+`backend.placement_timeout_s` (placement.py). The driver's PYTHONPATH is passed
+to every actor so they import the same lze_bench, with the folder of a selector
+plug-in's module file added (lze_bench.plugins.worker_pythonpath); the driver and
+the trainer actor register the plug-in from the config's recorded `plugin`.
 """
 
 from __future__ import annotations
@@ -49,7 +51,14 @@ def parse_argv(argv: list[str]) -> tuple[str, list[str]]:
 
 
 def actor_env(cfg, config_path: str) -> dict[str, str]:
-    """Env vars for every Ray actor: OpenRLHF's defaults (respecting the caller's) plus ours."""
+    """Env vars for every Ray actor: OpenRLHF's defaults (respecting the caller's) plus ours.
+
+    PYTHONPATH: the driver's, plus the folder a selector plug-in's module file was imported from (the actors
+    start in another directory), registering the plug-in here from the config's recorded `plugin` first."""
+    from lze_bench.plugins import selector_class, worker_pythonpath
+
+    selector_class(cfg.selector)
+    pythonpath = worker_pythonpath(cfg.selector, lze_env.value(lze_env.PYTHONPATH))
     return {
         lze_env.TOKENIZERS_PARALLELISM.name: lze_env.value(lze_env.TOKENIZERS_PARALLELISM),
         lze_env.NCCL_DEBUG.name: lze_env.value(lze_env.NCCL_DEBUG),
@@ -60,7 +69,7 @@ def actor_env(cfg, config_path: str) -> dict[str, str]:
         "LZE_GRADE_WORKERS": str(cfg.backend.grade_workers),
         # reward_func.py: the reward OpenRLHF trains on (trainer.reward_shape of the verdict)
         lze_env.REWARD_SHAPE.name: str(cfg.trainer.get("reward_shape", "binary")),
-        **({lze_env.PYTHONPATH.name: lze_env.value(lze_env.PYTHONPATH)} if lze_env.value(lze_env.PYTHONPATH) else {}),
+        **({lze_env.PYTHONPATH.name: pythonpath} if pythonpath else {}),
         # read by vLLM at engine start in the rollout actors (backend.vllm_batch_invariant)
         **({"VLLM_BATCH_INVARIANT": "1"} if getattr(cfg.backend, "vllm_batch_invariant", False) else {}),
     }

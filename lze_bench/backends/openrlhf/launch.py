@@ -61,6 +61,7 @@ def dry_run(cfg, out=None) -> None:
     from lze_bench.budget import compute_plan
 
     out.write(f"# {compute_plan(cfg.trainer)}\n")
+    _describe_plugin(cfg, out)
     from lze_bench.backends.openrlhf.head import uses_head
 
     if uses_head(cfg) and str(cfg.selector.predictor) == "trained":
@@ -79,6 +80,20 @@ def dry_run(cfg, out=None) -> None:
 
         out.write("\n# Slurm job script (launcher=slurm):\n")
         out.write(job_script(cfg, plan, paths.run_dir, argv, python=argv[0]))
+
+
+def _describe_plugin(cfg, out) -> None:
+    """Where the Ray workers import a selector plug-in's module from (command.check has found it there)."""
+    from lze_bench.plugins import PLUGINS, import_root
+
+    info = PLUGINS.get(cfg.selector.name)
+    if info is None:
+        return
+    root = import_root(info.name)
+    where = (f"from {root}, which the driver adds to their PYTHONPATH" if root
+             else f"from the installed distribution {info.distribution}")
+    out.write(f"# selector plug-in {info.name} ({info.target}): the Ray workers import module "
+              f"{info.target.partition(':')[0]} {where}\n")
 
 
 PLAN_HEADER = "launch plan (openrlhf/command.json \"plan\"; read by the Slurm job and the trainer):"
@@ -140,9 +155,9 @@ def write_metadata(cfg, rows: list[dict], run_dir: Path) -> None:
     from omegaconf import OmegaConf
 
     from lze_bench.metadata import PromptMetadata
-    from lze_bench.registry import SELECTORS
+    from lze_bench.plugins import selector_class
 
-    cls = SELECTORS[cfg.selector.name]
+    cls = selector_class(cfg.selector)
     selector_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls.Config), cfg.selector))
     metadata = PromptMetadata.for_run(rows, cfg.task.name, selector_cfg)
     read = list(cls.metadata_columns(selector_cfg))

@@ -91,9 +91,9 @@ class LzePPOTrainer(BasePPOTrainer):
 
     def _features(self, cfg, flops, plan):
         """The selector's feature passes on the policy actors, or None when it asks for none."""
-        from lze_bench.registry import SELECTORS
+        from lze_bench.plugins import selector_class
 
-        if not getattr(SELECTORS[cfg.selector.name], "requires", ()):
+        if not getattr(selector_class(cfg.selector), "requires", ()):
             return None
         from lze_bench.backends.openrlhf.features import ActorFeatures
 
