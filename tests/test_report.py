@@ -222,9 +222,13 @@ def test_report_files(runs_root, tmp_path):
     out = main(runs_root, name="fixture", out_root=tmp_path)
     assert out == tmp_path / "fixture"
     table1 = (out / "table1.md").read_text()
-    assert "| held-out | uniform | 55.0 ± 63.5 | reference | – | 8.00e2 (1.00) | 0/2 | 2 |" in table1
-    assert "| held-out | lze | 67.5 ± 31.8 | +12.5 ± 31.8 | no | 6.00e2 (0.75) | 2/2 | 2 |" in table1
-    assert "| held-out | dapo | 22.5 ± 31.8 | -32.5 ± 31.8 | yes |" in table1
+    # accuracy: seed mean and per-seed range; the interval belongs to the paired Δ only
+    assert "| held-out | uniform | 55.0 | 50.0–60.0 | reference | – | 8.00e2 (1.00) | 0/2 | 2 |" in table1
+    assert "| held-out | lze | 67.5 | 65.0–70.0 | +12.5 ± 31.8 | no | 6.00e2 (0.75) | 2/2 | 2 |" in table1
+    assert "| held-out | dapo | 22.5 | 20.0–25.0 | -32.5 ± 31.8 | yes |" in table1
+    summary = (out / "summary.md").read_text()  # sorted by Δ: lze above dapo; Table 2's ratio beside Table 1's Δ
+    assert summary.index("| held-out | lze | 0.41 | [0.01, 18.47] | no | 2/2 | +12.5 | [-19.3, +44.3] | no |") < \
+        summary.index("| held-out | dapo | not reached | – | – | 0/2 | -32.5 | [-64.3, -0.7] | yes |")
     table2 = (out / "table2.md").read_text()
     assert "| held-out | lze | 52.5 | 3.11e2 | 0.41 | [0.01, 18.47] | no | 2/2 |" in table2
     assert "| held-out | dapo | 52.5 | not reached | not reached | – | – | 0/2 |" in table2
@@ -235,7 +239,7 @@ def test_report_files(runs_root, tmp_path):
     assert "| dapo | 8.00e2 | 1.00e2 | 3.00e2 | 0 | 1.20e3 | 0 | 4.0 | 2.00 | 64.0 | – |" in table3  # rounds per step
     assert "rollouts generated / step | rollouts trained / step | kept frac." in table3
     tex = (out / "table1.tex").read_text()
-    assert r"\toprule" in tex and r"\bottomrule" in tex and r"55.0 $\pm$ 63.5" in tex and r"$8.00{\times}10^{2}$" in tex
+    assert r"\toprule" in tex and r"\bottomrule" in tex and r"50.0--60.0" in tex and r"$8.00{\times}10^{2}$" in tex
     assert r"not reached" in (out / "table2.tex").read_text()
     runs = pd.read_csv(out / "runs.csv")
     assert len(runs) == 6 and set(runs["stopped_by"]) == {"budget", "steps"}
@@ -293,7 +297,8 @@ def test_learned_head_is_shown_beside_the_kernel_and_its_offline_cost_charged(tm
     validation = {"trained": {"mae": 0.12, "spearman": 0.9, "pearson": 0.85},
                   "kernel": {"mae": 0.25, "spearman": 0.2, "pearson": 0.1}, "questions": 10, "models": 3}
     (run_dir / "offline_flops.json").write_text(json.dumps({
-        "predictor": "trained", "encoder": "enc", "validation": validation, "time_s": {"labeling": 5.0},
+        "predictor": "trained", "validation": validation, "time_s": {"labeling": 5.0},
+        "encoder": str(tmp_path / "cache" / "warmstarts" / "5ddafc36ce68" / "snapshots" / "step_000300"),
         "flops": {"labeling": 200, "encoder": 40, "training": 60, "total": 300}}))
     report = build(root)
     heldout = report["table1"][report["table1"]["benchmark"] == "heldout"]
@@ -311,7 +316,15 @@ def test_learned_head_is_shown_beside_the_kernel_and_its_offline_cost_charged(tm
     assert "| astral | trained head (lze-bench) — ran | 1 | 4 | 0.100 | 0.800 | 0.700 | 0.100 | 0.100 | 0.120 | 0.900 | 0.850 |" in text
     assert "| astral | kernel (cosine, untrained) — beside it, not used | 1 | 4 | 0.300 | 0.100 | 0.200 | 0.300 | 0.300 | 0.250 | 0.200 | 0.100 |" in text
     assert "labelling rollouts 2.00e2, encoder passes 4.00e1, head training 6.00e1; total 3.00e2 FLOPs = 0.38 × the FLOP budget" in text
-    assert "| held-out | astral (+offline) | 55.0 | +5.0 |" in (out / "table1.md").read_text()
+    assert "| held-out | astral (+offline) | 55.0 | 55.0 | +5.0 |" in (out / "table1.md").read_text()
+    summary = pd.read_csv(out / "summary.csv")
+    assert summary["label"].tolist()[:2] == ["astral", "astral (+offline)"]
+    # the encoder's folder is the machine's: the report keeps the warm-start store's part of it
+    assert pd.read_csv(out / "offline.csv")["encoder"].tolist() == ["warmstarts/5ddafc36ce68/snapshots/step_000300"]
+    assert "encoder `warmstarts/5ddafc36ce68/snapshots/step_000300`" in text
+    for written in out.iterdir():  # no file of the report names the folders of the machine that wrote it
+        if written.suffix in (".md", ".csv", ".tex"):
+            assert str(tmp_path) not in written.read_text(), written.name
     assert ("ASTRAL's predictor: astral ran predictor=trained (trained head (lze-bench)); astral also appears as "
             "`(+offline)` rows") in text
     assert pd.read_csv(out / "offline.csv")["total"].tolist() == [300]

@@ -76,33 +76,42 @@ def cpu_report(tmp_path_factory) -> Path:
 
 
 def test_every_figure_is_written_and_captioned(cpu_report):
-    names = ["accuracy_vs_flops", "accuracy_vs_wallclock", "rl_curves", "flops_by_phase", "kept_fraction",
-             "pass_rate_distribution"]
+    # the summary first; per-benchmark figures: the held-out set's plain, gsm8k's suffixed; one per RL metric
+    names = ["summary", "accuracy_vs_flops", "accuracy_vs_flops_gsm8k", "delta_vs_flops", "accuracy_vs_wallclock",
+             "accuracy_vs_wallclock_gsm8k", "rl_curves", "rl_curves_response_length", "rl_curves_grad_norm",
+             "rl_curves_zero_variance_frac", "flops_by_phase", "kept_fraction", "pass_rate_distribution"]
     for name in names:
         assert (cpu_report / f"{name}.png").stat().st_size > 5000 and (cpu_report / f"{name}.pdf").exists()
     assert not (cpu_report / "accuracy_vs_gpu_hours.png").exists()  # CPU runs: no GPU-hours
+    assert not (cpu_report / "delta_vs_flops_gsm8k.png").exists()  # only uniform has gsm8k results: no pair
     text = (cpu_report / "report.md").read_text()
     captions = _captions(text)
     assert list(captions) == names
     for number, name in enumerate(names, start=1):
         assert f"![{name}]({name}.png)\n\n*Figure {number} ({name}).* " in text
-    assert all("min–max over seeds" in captions[name] for name in names[:3] + ["kept_fraction"])
+    # the summary (its table and Figure 1) comes before Table 1; the other figures at the end
+    assert text.index("## Summary") < text.index("*Figure 1 (summary)") < text.index("## Table 1") < \
+        text.index("## Figures") < text.index("*Figure 2 (accuracy_vs_flops)")
+    curves = [name for name in names if name.startswith(("accuracy", "rl_curves")) or name == "kept_fraction"]
+    assert all("min–max over seeds" in captions[name] and "one panel per selector" in captions[name]
+               and "drawn in every panel as the reference" in captions[name] for name in curves)
 
 
 def test_accuracy_captions_count_measured_evals_and_name_coinciding_curves(cpu_report):
     captions = _captions((cpu_report / "report.md").read_text())
     flops = captions["accuracy_vs_flops"]
     # per seed: initial policy + 2 held-out evals; gsm8k checkpoints 0 and 4
-    assert "(per seed at most 3 in the held-out panel, 2 in the gsm8k panel)" in flops
-    assert ("In the held-out panel, curves that coincide, told apart by line style and marker: "
-            "lze and lze_full (identical)") in flops
+    assert "(per seed at most 3)" in flops and "(per seed at most 2)" in captions["accuracy_vs_flops_gsm8k"]
+    assert "Curves that coincide (each drawn in its own panel): lze and lze_full (identical)." in flops
     clock = captions["accuracy_vs_wallclock"]
     assert "(CPU, 1 torch thread per run)" in clock and "held-out evals run during training excluded" in clock
 
 
 def test_rl_curves_draw_what_the_ledgers_measured_and_say_what_is_left_out(cpu_report):
     caption = _captions((cpu_report / "report.md").read_text())["rl_curves"]
-    assert "cumulative training FLOPs: reward, response length, grad norm, zero-variance groups;" in caption
+    assert "cumulative training FLOPs: reward (mean reward over every rolled-out response of the step)" in caption
+    assert ("One figure per metric: reward, response length, grad norm, zero-variance groups (rl_curves, "
+            "rl_curves_response_length, rl_curves_grad_norm, rl_curves_zero_variance_frac).") in caption
     assert "KL to reference (no such column in these ledgers)" in caption
     assert "clip fraction (0 at every step of every run: with one PPO epoch" in caption
 
@@ -146,7 +155,7 @@ def test_gpu_runs_get_a_gpu_hours_figure(tmp_path):
     out = main(root, name="gpu", out_root=tmp_path / "reports")
     assert (out / "accuracy_vs_gpu_hours.png").stat().st_size > 5000
     captions = _captions((out / "report.md").read_text())
-    assert "Accuracy against GPU-hours (16 GPUs per run)" in captions["accuracy_vs_gpu_hours"]
+    assert "Accuracy (held-out) against GPU-hours (16 GPUs per run)" in captions["accuracy_vs_gpu_hours"]
     assert "(16 GPUs per run)" in captions["accuracy_vs_wallclock"]
     assert "wall-clock, CPU" not in (out / "report.md").read_text()
     assert np.isclose(pd.read_csv(out / "runs.csv")["gpus"], 16).all()

@@ -3,11 +3,13 @@
 Reads files only (data.py: config.yaml, DONE, ledger.parquet, rollouts, evals.parquet)
 and writes `<out_root>/<name>/`:
 
-    report.md                 the three tables (Markdown), their definitions, the figures
+    report.md                 the summary, the three tables (Markdown), their definitions, the figures
+    summary.md .tex .csv      per selector: FLOPs to the target as a ratio to uniform and Δ accuracy at the
+                              budget, each with its paired interval (Tables 2 and 1's numbers; summary.py)
     benchmarks.md .tex .csv   per eval benchmark: problems, samples per problem, suite and settings used
                               (report/suites.py; `--eval-suite` chooses when a run holds several)
-    table1.md .tex .csv       accuracy at equal compute (the FLOP budget) per selector, and its
-                              difference to uniform on the same seed (paired; paired.py)
+    table1.md .tex .csv       accuracy at equal compute (the FLOP budget) per selector: seed mean and per-seed
+                              range, and its difference to uniform on the same seed (paired; paired.py)
     table1b.md .tex .csv      that difference per seed pair, when each pair has its own initial policy
                               (initial.py; the report says what variation the intervals cover)
     table2.md .tex .csv       FLOPs to reach a fraction of uniform's gain over the initial
@@ -17,7 +19,10 @@ and writes `<out_root>/<name>/`:
     runs.csv at_budget.csv reach.csv points.csv   per-seed numbers behind them (points: every eval point)
     astral_predictor.csv      ASTRAL's predictors' accuracy per run (predictor.py; only with astral runs)
     offline.csv               offline compute per run (offline.py; only with a learned predictor)
-    accuracy_vs_flops, accuracy_vs_wallclock (+ accuracy_vs_gpu_hours on GPUs), rl_curves,
+    summary                   the summary table as a figure (summary.py)
+    accuracy_vs_flops, delta_vs_flops, accuracy_vs_wallclock (+ accuracy_vs_gpu_hours on GPUs): one panel per
+                              selector, uniform in each (multiples.py); further benchmarks add `_<benchmark>`
+    rl_curves (the reward), rl_curves_<metric>: one figure per ledger metric, one panel per selector
     flops_by_phase, kept_fraction, pass_rate_distribution  (.png + .pdf; report.md captions each)
 
 Importing this module loads pandas/numpy only; matplotlib loads when plotting
@@ -40,6 +45,7 @@ from lze_bench.report.offline import charged_points, offline_summary
 from lze_bench.report.predictor import predictor_accuracy
 from lze_bench.report.suites import benchmark_table, choose, eval_results
 from lze_bench.report.paired import ReportOptions, at_budget, reach, table_budget, table_reach
+from lze_bench.report.summary import summary_cells, summary_table
 from lze_bench.report.tables import BASELINE, cost_table
 from lze_bench.rundir import atomic_write_text
 
@@ -58,12 +64,14 @@ def build(sweep_dir: str | Path, options: ReportOptions | None = None) -> dict:
     shifted, cut = charged_points(points, runs, budget)
     ends = at_budget(pd.concat([points, cut], ignore_index=True), summary)
     reached = reach(pd.concat([points, shifted], ignore_index=True), options) if len(points) else None
+    table1 = table_budget(ends, budget)
+    table2 = table_reach(reached) if reached is not None else None
     return {
         "runs": runs, "points": points, "summary": summary, "budget": budget, "options": options,
         "benchmarks": benchmark_table(evals),  # per benchmark: problems, samples, suite, settings
         "heldout_problems": heldout_problems(runs), "at_budget": ends,
-        "table1": table_budget(ends, budget), "reach": reached,
-        "table2": table_reach(reached) if reached is not None else None,
+        "table1": table1, "reach": reached, "table2": table2,
+        "summary_table": summary_table(table1, table2),  # Tables 1 and 2 side by side, per selector
         "table3": cost_table(summary),
         "predictor": predictor_accuracy(runs),  # ASTRAL's predictor (predictor.py); None without astral runs
         "conventions": _conventions(evals),  # grading mode and prompt of the eval results used
@@ -98,8 +106,9 @@ def write_tables(report: dict, out: Path) -> dict[str, str]:
     texts = {}
     budget = report["budget"]
     at = f"the FLOP budget ({sci(budget)} FLOPs)" if budget else "the end of each run (no common trainer.flop_budget)"
-    caption1 = (f"Accuracy at {at}: mean ± 95% CI over seeds, and the paired difference to uniform GRPO on the "
-                "same seed (mean ± 95% paired t-interval).")
+    caption1 = (f"Accuracy at {at}: mean over seeds and the per-seed range (min–max; each seed pair starts from "
+                "its own initial policy where the runs say so), and the paired difference to uniform GRPO on the "
+                "same seed (mean ± 95% paired t-interval): the comparison.")
     texts["table1"] = _write_table(out, "table1", budget_cells(report["table1"], budget), caption1,
                                    "tab:equal-compute", report["table1"])
     per_seed = per_seed_cells(report["at_budget"], report["runs"])
@@ -107,6 +116,13 @@ def write_tables(report: dict, out: Path) -> dict[str, str]:
         texts["table1b"] = _write_table(out, "table1b", per_seed, "Δ vs uniform GRPO (points) per seed pair, each "
                                         "pair starting from its own initial policy.", "tab:per-seed",
                                         report["at_budget"])
+    if len(report["summary_table"]):
+        fraction = report["options"].target_fraction
+        texts["summary"] = _write_table(
+            out, "summary", summary_cells(report["summary_table"]),
+            f"Each selector against uniform GRPO on the same seed: FLOPs to reach {fraction:g} of uniform's gain as "
+            f"a ratio to uniform's (Table 2) and the accuracy difference at {at} (Table 1), each with its 95% paired "
+            "interval; sorted by that difference.", "tab:summary", report["summary_table"])
     _write_csv(out / "runs.csv", with_provenance(report["summary"], report["runs"]))
     _write_csv(out / "at_budget.csv", report["at_budget"])
     _write_csv(out / "points.csv", report["points"])
@@ -142,6 +158,12 @@ def write_plots(report: dict, out: Path) -> list:
     styles = styles_for({r.label for r in runs})
     figures = []
     points = report["points"]
+    if len(report["summary_table"]):
+        from lze_bench.report.summary import summary_figures
+
+        budget_text = "the FLOP budget" if report["budget"] else "the end of each run"
+        figures += summary_figures(report["summary_table"], styles, out, report["options"].target_fraction,
+                                   budget_text)
     if len(points):
         targets = {}
         if report["table2"] is not None:
@@ -149,12 +171,14 @@ def write_plots(report: dict, out: Path) -> list:
             targets = dict(zip(base["benchmark"], base["target"]))
         power = power_of_ten(float(points["cum_flops"].max()))
         budget = report["budget"] / 10.0**power if report["budget"] else None
-        figures.append(plots.accuracy_curves(
-            points.assign(x=points["cum_flops"] / 10.0**power), "x", f"cumulative compute ($10^{{{power}}}$ FLOPs)",
-            "accuracy_vs_flops", styles, out, targets, budget, what="cumulative training FLOPs"))
+        scaled = points.assign(x=points["cum_flops"] / 10.0**power)
+        axis = f"cumulative compute ($10^{{{power}}}$ FLOPs)"
+        figures += plots.accuracy_curves(scaled, "x", axis, "accuracy_vs_flops", styles, out, targets, budget,
+                                         what="cumulative training FLOPs")
+        figures += plots.delta_curves(scaled, "x", axis, "delta_vs_flops", styles, out, budget,
+                                      what="cumulative training FLOPs")
         figures += accuracy_vs_time(points, runs, styles, out)
-    curves = rl_curves(runs, styles, out)
-    figures += [curves] if curves is not None else []
+    figures += rl_curves(runs, styles, out)
     figures.append(plots.flops_by_phase(report["summary"], out))
     figures.append(plots.per_step_lines(
         per_step(runs), "kept_fraction", "kept fraction (kept / rolled out)", "kept_fraction", styles, out,

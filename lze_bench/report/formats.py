@@ -36,18 +36,28 @@ def sci(value: float) -> str:
 
 
 def budget_cells(t1: pd.DataFrame, budget: float | None) -> tuple[list[str], list[list[str]]]:
-    """Table 1: accuracy at equal compute, Δ to uniform on the same seed (points), FLOPs spent."""
+    """Table 1: accuracy at equal compute (seed mean, per-seed range), Δ to uniform on the same seed (points, the
+    comparison), FLOPs spent."""
     spent = "FLOPs spent (× budget)" if budget else "FLOPs spent"
-    header = ["benchmark", "selector", "accuracy (%)", "Δ vs uniform (points, paired)", "significant", spent,
+    header = ["benchmark", "selector", "accuracy (%, seed mean)", "per-seed range (%)",
+              "Δ vs uniform (points, paired)", "significant", spent,
               "stopped by step cap", "seeds"]
     rows = []
     for _, r in t1.iterrows():
         delta = "reference" if r["label"] == "uniform" else pm(r["delta"], r["delta_ci"], "+.1f", 100.0)
         flops = f"{sci(r['flops'])} ({_num(r['flops_over_budget'], '.2f')})" if budget else sci(r["flops"])
         rows.append([BENCH_TITLES.get(r["benchmark"], str(r["benchmark"])), str(r["label"]),
-                     pm(r["accuracy"], r["accuracy_ci"], ".1f", 100.0), delta, str(r["significant"]), flops,
+                     _num(100 * r["accuracy"], ".1f"), seed_range(r["accuracy_min"], r["accuracy_max"]), delta,
+                     str(r["significant"]), flops,
                      f"{int(r['capped'])}/{int(r['seeds'])}" if budget else "–", str(int(r["seeds"]))])
     return header, rows
+
+
+def seed_range(low: float, high: float) -> str:
+    """"44.3–80.0" in percent; the value alone when the seeds agree (or there is one); "–" without one."""
+    if low is None or not math.isfinite(low):
+        return "–"
+    return f"{100 * low:.1f}" if abs(high - low) < 5e-4 else f"{100 * low:.1f}–{100 * high:.1f}"
 
 
 def reach_cells(t2: pd.DataFrame) -> tuple[list[str], list[list[str]]]:

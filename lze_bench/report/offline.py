@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +75,22 @@ def _cut_at(curve: pd.DataFrame, budget: float | None) -> pd.DataFrame:
     return pd.concat([initial, last], ignore_index=True)
 
 
+def portable_path(path) -> str | None:
+    """A path as the report may print it: from the warm-start store's folder on (`warmstarts/KEY/...`, the same
+    on every machine), else its last component; a relative path as is. A report never names the machine's
+    folders (where a checkout or cache lives)."""
+    if path is None:
+        return None
+    text = str(path)
+    for folder in ("/warmstarts/", "/warmstart/"):  # the shipped store's or the cache's
+        if folder in text:
+            return text[text.index(folder) + 1:]
+    normalised = text.replace("\\", "/")
+    if normalised.startswith("/") or re.match(r"^[A-Za-z]:/", normalised):
+        return normalised.rstrip("/").rsplit("/", 1)[-1]
+    return text
+
+
 def offline_summary(runs) -> pd.DataFrame | None:
     """One row per run with offline compute: label, seed, predictor, FLOPs by part, held-out validation."""
     rows = []
@@ -83,7 +100,7 @@ def offline_summary(runs) -> pd.DataFrame | None:
             continue
         flops = record.get("flops") or {}
         rows.append({"label": run.label, "seed": run.seed, "predictor": record.get("predictor"),
-                     "encoder": record.get("encoder"), "labeling": flops.get("labeling"),
+                     "encoder": portable_path(record.get("encoder")), "labeling": flops.get("labeling"),
                      "encoder_flops": flops.get("encoder"), "training": flops.get("training"),
                      "total": flops.get("total"), "validation": record.get("validation") or {},
                      "time_s": record.get("time_s") or {},

@@ -8,7 +8,10 @@ Table 1, accuracy at equal compute. Per run, the accuracy of its last eval
 point: with `trainer.flop_budget` every run stops at the first step with
 `cum_flops` >= the budget and is evaluated there, so this is the accuracy at
 the budget (a run overshoots it by at most one step's FLOPs: the table shows
-the FLOPs actually spent). Per label and seed, Δ = accuracy − uniform's
+the FLOPs actually spent); the table shows its mean over seeds and the per-seed range
+(min-max), not an interval: when each seed pair starts from its own initial policy the seeds'
+accuracies differ by what those policies knew, and only the paired Δ removes that. Per label and seed,
+Δ = accuracy − uniform's
 accuracy on that seed; mean ± 95% CI of Δ over the seeds where both ran
 (a paired t-interval: tables.mean_ci on the differences).
 
@@ -93,14 +96,19 @@ def at_budget(points: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def table_budget(frame: pd.DataFrame, budget: float | None) -> pd.DataFrame:
-    """Per benchmark and label: accuracy (mean, ci), paired Δ to uniform (mean, ci, pairs, significant),
-    FLOPs spent (mean, and as a multiple of the budget), runs stopped by the step cap."""
+    """Per benchmark and label: accuracy (mean, per-seed min and max; `accuracy_ci` the t-interval over seeds,
+    kept in the CSV but not shown: seeds that start from different initial policies make it a measure of
+    those, not of the selector), paired Δ to uniform (mean, ci, pairs, significant), FLOPs spent (mean, and as a
+    multiple of the budget), runs stopped by the step cap."""
     rows = []
     for (bench, label), group in frame.groupby(["benchmark", "label"], sort=False):
         acc, acc_ci, n = mean_ci(group["accuracy"])
         delta, delta_ci, pairs = mean_ci(group["delta"]) if label != BASELINE else (float("nan"),) * 2 + (0,)
         flops, _, _ = mean_ci(group["cum_flops"])
+        measured = group["accuracy"].dropna()
         rows.append({"benchmark": bench, "label": label, "seeds": n, "accuracy": acc, "accuracy_ci": acc_ci,
+                     "accuracy_min": float(measured.min()) if len(measured) else float("nan"),
+                     "accuracy_max": float(measured.max()) if len(measured) else float("nan"),
                      "delta": delta, "delta_ci": delta_ci, "pairs": pairs,
                      "significant": _verdict(delta - delta_ci, delta + delta_ci, 0.0) if pairs else "–",
                      "flops": flops, "flops_over_budget": flops / budget if budget else float("nan"),
@@ -169,7 +177,7 @@ def heldout_standard_error(accuracy: float, problems: int | None) -> float:
 
 
 def _ordered(frame: pd.DataFrame) -> pd.DataFrame:
-    from lze_bench.report.plots import order
+    from lze_bench.registry import display_order as order
 
     if frame.empty:
         return frame

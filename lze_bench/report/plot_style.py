@@ -5,9 +5,9 @@ two-column paper's column), fonts 8 pt, every axis names its quantity and unit.
 Each label (selector) keeps one colour, one line style and one marker shape in
 every figure (`styles_for`): the built-in selectors have fixed colours; any
 other label takes the next unused colour in sorted order. Line style and marker
-come from the label's position in the display order, so two labels whose
-curves coincide (lze and lze_full, uniform and astral at a kept fraction of 1)
-still show as two lines: one solid, one dashed, different markers.
+come from the label's position in the display order, so two labels drawn in one
+axes still show as two lines; the small multiples (multiples.py) give each
+label its own panel and draw it solid.
 
 Bands are the min-max envelope over seeds, the line the seed mean: with 2-3
 seeds an interval estimate would be wider than the plot and say less than the
@@ -16,6 +16,7 @@ seeds themselves. Every caption says so (BAND_TEXT).
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,7 +65,7 @@ def plt():
 
 
 def colors_for(labels) -> dict[str, str]:
-    spare = iter(SPARE_COLORS * 4)
+    spare = itertools.cycle(SPARE_COLORS)  # repeats past six other labels: panels and legends name them
     return {label: SELECTOR_COLORS.get(label) or next(spare) for label in order(labels)}
 
 
@@ -156,11 +157,30 @@ def coinciding(curves: dict[str, tuple[np.ndarray, np.ndarray]], tolerance: floa
     return pairs
 
 
+def coincide_groups(pairs: list[tuple[str, str, float]]) -> list[tuple[list[str], float]]:
+    """Coinciding pairs joined into groups (labels linked by any chain of pairs), each in display order with its
+    largest gap, groups ordered by their first label: twenty-one pairs among seven identical curves are one
+    group of seven."""
+    groups: list[set[str]] = []
+    for a, b, _ in pairs:
+        touching = [group for group in groups if a in group or b in group]
+        groups = [group for group in groups if group not in touching] + [set().union({a, b}, *touching)]
+    rank = {label: i for i, label in enumerate(order({label for a, b, _ in pairs for label in (a, b)}))}
+    found = [(order(group), max(gap for a, _, gap in pairs if a in group)) for group in groups]
+    return sorted(found, key=lambda item: rank[item[0][0]])
+
+
+def _names(labels: list[str]) -> str:
+    return labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} and {labels[-1]}"
+
+
 def coincide_note(pairs: list[tuple[str, str, float]], unit: str, panel: str | None = None) -> str:
-    """A caption sentence naming coinciding curves (in `panel`, when the figure has several), or ""."""
+    """One caption sentence naming the groups of coinciding curves (in `panel`, when the figure has several), or
+    ""."""
     if not pairs:
         return ""
-    said = "; ".join(f"{a} and {b} (" + ("identical" if gap == 0 else f"within {gap:.2g}{' ' + unit if unit else ''}")
-                     + ")" for a, b, gap in pairs)
-    where = f"In the {panel} panel, curves" if panel else "Curves"
-    return f" {where} that coincide, told apart by line style and marker: {said}."
+    said = "; ".join(f"{_names(members)} (" + ("identical" if gap == 0 else
+                                              f"within {gap:.2g}{' ' + unit if unit else ''}") + ")"
+                     for members, gap in coincide_groups(pairs))
+    where = f"In the {panel} panels, curves" if panel else "Curves"
+    return f" {where} that coincide (each drawn in its own panel): {said}."

@@ -4,6 +4,11 @@ Each function returns a plot_style.Figure whose caption report.md prints under
 it; the look (sizes, one style per selector, bands) is plot_style.py's, the
 RL training curves are rl_curves.py's.
 
+Curves are small multiples (multiples.py): one panel per selector, uniform's
+seed mean in every panel as the reference, shared axes, one figure per
+benchmark; the paired difference to uniform has its own figure
+(delta_vs_flops).
+
 Accuracy curves (against cumulative FLOPs, wall-clock, GPU-hours): each
 seed's eval points are joined linearly and resampled on 100 x values spanning
 the range every seed covers (plot_style.seed_grid), so seeds that spent
@@ -20,10 +25,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lze_bench.report.multiples import (MAX_COLS, REFERENCE_COLOR, REFERENCE_TEXT, axis_names, draw, paired_deltas,
+                                        seed_curves)
 from lze_bench.report.plot_style import (BAND_TEXT, COLUMN_IN, Figure, band, coincide_note, coinciding, legend_below,
                                          order, plt, power_of_ten, save, seed_grid, seed_mean)
+from lze_bench.report.tables import BASELINE
 
-__all__ = ["order", "accuracy_curves", "accuracy_panel", "flops_by_phase", "per_step_lines", "pass_rate_distribution"]
+__all__ = ["order", "accuracy_curves", "accuracy_panel", "delta_curves", "flops_by_phase", "per_step_lines",
+           "pass_rate_distribution"]
 
 PHASES = {"flops_rollout": ("rollout", "#4c72b0"), "flops_logprob": ("log-prob", "#dd8452"),
           "flops_train": ("train", "#55a868"), "flops_select": ("select", "#c44e52")}
@@ -37,87 +46,110 @@ def _benchmarks(points: pd.DataFrame) -> list[str]:
     return (["heldout"] if "heldout" in names else []) + [b for b in names if b != "heldout"]
 
 
+def _title(bench: str) -> str:
+    return "held-out" if bench == "heldout" else bench
+
+
+def _named(name: str, bench: str, first: bool) -> str:
+    """The first benchmark's figure keeps the plain name (the held-out set's, when the runs have it)."""
+    return name if first else f"{name}_{bench}"
+
+
 def accuracy_curves(points: pd.DataFrame, x: str, x_label: str, name: str, styles: dict, out_dir: Path,
                     targets: dict[str, float] | None = None, vline: float | None = None, what: str = "",
-                    extra: str = "") -> Figure:
-    """Accuracy (%) against column `x` of `points` (already in the axis' unit), one panel per benchmark.
+                    extra: str = "") -> list[Figure]:
+    """Accuracy (%) against column `x` of `points` (already in the axis' unit): one figure per benchmark
+    (`name`, then `name_<benchmark>`), one panel per selector with uniform in every panel (multiples.py).
 
     Dashed horizontal: Table 2's target per benchmark (`targets`, a fraction); dotted vertical: `vline`
     (the FLOP budget). `what` names the x quantity in the caption, `extra` ends it.
     """
-    pyplot = plt()
-    benches = _benchmarks(points)
-    ncols = min(2, len(benches))
-    nrows = -(-len(benches) // ncols)
-    fig, axes = pyplot.subplots(nrows, ncols, figsize=(COLUMN_IN[0] * ncols, COLUMN_IN[1] * nrows), squeeze=False)
-    notes, evals = [], {}
-    for ax, bench in zip(axes.flat, benches):
-        means = accuracy_panel(ax, points[points["benchmark"] == bench], x, styles)
-        evals["held-out" if bench == "heldout" else bench] = max(means.pop("_evals").values())
-        if targets and bench in targets:
-            ax.axhline(100 * targets[bench], color="#4d4d4d", linestyle="--", linewidth=0.8, label="target")
-        if vline:
-            ax.axvline(vline, color="black", linestyle=":", linewidth=0.8, label="budget")
-        ax.set_xlabel(x_label)
-        ax.set_ylabel(f"{'held-out' if bench == 'heldout' else bench} accuracy (%)")
-        note = coincide_note(coinciding(means, COINCIDE_POINTS), "points",
-                             ("held-out" if bench == "heldout" else bench) if len(benches) > 1 else None)
-        if note:
-            notes.append(note.strip())
-    for ax in list(axes.flat)[len(benches):]:
-        ax.set_visible(False)
-    legend_below(fig, axes.flat[0])
-    counts = (f"{evals.popitem()[1]}" if len(evals) == 1
-              else ", ".join(f"{n} in the {panel} panel" for panel, n in evals.items()))
-    panels = ", ".join("held-out" if b == "heldout" else b for b in benches)
-    caption = (f"Accuracy against {what}; one panel per benchmark ({panels}); {BAND_TEXT}. "
-               "Each seed's evals are joined linearly and averaged where every seed has a value. Markers sit only "
-               f"at measured evals, one per seed and eval, the initial policy included (per seed at most {counts})."
-               + (" Dashed: Table 2's target accuracy (seed mean)." if targets else "")
-               + (" Dotted: the FLOP budget." if vline else "") + "".join(" " + n for n in notes)
-               + (f" {extra}" if extra else ""))
-    return Figure(name, save(fig, out_dir, name), caption, notes)
+    figures = []
+    for k, bench in enumerate(_benchmarks(points)):
+        mine = points[points["benchmark"] == bench]
+        curves = {label: seed_curves(mine, label, x, "accuracy", 100.0) for label in order(mine["label"])}
+        fig, axes, means = draw(curves, styles, markers=True)
+        for ax in axes.values():
+            if targets and bench in targets:
+                ax.axhline(100 * targets[bench], color="black", linestyle="--", linewidth=0.6)
+            if vline:
+                ax.axvline(vline, color="black", linestyle=":", linewidth=0.7)
+        axis_names(fig, x_label, f"{_title(bench)} accuracy (%)")
+        evals = max(len(c) for seeds in curves.values() for c, _ in seeds)
+        note = coincide_note(coinciding(means, COINCIDE_POINTS), "points")
+        caption = (f"Accuracy ({_title(bench)}) against {what}, one panel per selector; {BAND_TEXT}; "
+                   f"{REFERENCE_TEXT}. Each seed's evals are joined linearly and averaged where every seed has a "
+                   f"value. Markers sit only at measured evals, one per seed and eval, the initial policy included (per seed "
+                   f"at most {evals})."
+                   + (" Dashed: Table 2's target accuracy (seed mean)." if targets and bench in targets else "")
+                   + (" Dotted: the FLOP budget." if vline else "") + note + (f" {extra}" if extra else ""))
+        stem = _named(name, bench, k == 0)
+        figures.append(Figure(stem, save(fig, out_dir, stem), caption, [note.strip()] if note else []))
+    return figures
+
+
+def delta_curves(points: pd.DataFrame, x: str, x_label: str, name: str, styles: dict, out_dir: Path,
+                 vline: float | None = None, what: str = "") -> list[Figure]:
+    """Paired accuracy difference to uniform on the same seed (points) against `x`, one panel per selector, one
+    figure per benchmark (`name`, then `name_<benchmark>`); [] without uniform runs."""
+    figures = []
+    for k, bench in enumerate(_benchmarks(points)):
+        mine = points[points["benchmark"] == bench]
+        if BASELINE not in set(mine["label"]):
+            continue
+        curves = {label: paired_deltas(mine, label, x, "accuracy") for label in order(mine["label"])
+                  if label != BASELINE}
+        curves = {label: seeds for label, seeds in curves.items() if seeds}
+        if not curves:
+            continue
+        fig, axes, _ = draw(curves, styles, reference=False)
+        for ax in axes.values():
+            ax.axhline(0.0, color=REFERENCE_COLOR, linewidth=0.8, zorder=1)
+            if vline:
+                ax.axvline(vline, color="black", linestyle=":", linewidth=0.7)
+        axis_names(fig, x_label, f"Δ {_title(bench)} accuracy vs {BASELINE} (points)")
+        caption = (f"Paired difference in {_title(bench)} accuracy to {BASELINE} GRPO on the same seed, against "
+                   f"{what}, one panel per selector: per seed, both runs' evals joined linearly over the range both "
+                   f"cover and subtracted; line: mean of the per-seed differences; band: their min–max over seeds "
+                   f"(no band with one seed pair). Dark grey: no difference; panels share both axes."
+                   + (" Dotted: the FLOP budget." if vline else "") + " The value at the budget is Table 1's Δ.")
+        stem = _named(name, bench, k == 0)
+        figures.append(Figure(stem, save(fig, out_dir, stem), caption))
+    return figures
 
 
 def accuracy_panel(ax, mine: pd.DataFrame, x: str, styles: dict) -> dict:
-    """One benchmark's curves on `ax`: per label, the seed-mean line and band (no markers) and a marker at
-    each seed's measured evals. Returns {label: (grid, mean %)} and "_evals": {label: most evals of a seed}."""
+    """One benchmark's curves on `ax`: per label, the seed-mean line and band (no markers) and one line of
+    markers at every seed's measured evals. Returns {label: (grid, mean %)} and "_evals": {label: most evals of a
+    seed}."""
     means, evals = {}, {}
     for label in order(mine["label"]):
         style = styles[label]
-        seeds = [g.sort_values(x) for _, g in mine[mine["label"] == label].groupby("seed")]
-        grid, ys = seed_grid([(g[x].to_numpy(float), 100 * g["accuracy"].to_numpy(float)) for g in seeds])
-        band(ax, grid, ys, style, None)
-        for g in seeds:
-            ax.plot(g[x], 100 * g["accuracy"], linestyle="none", marker=style.marker, markersize=3.2,
-                    markerfacecolor="white", markeredgewidth=0.8, color=style.color, alpha=0.9)
-        ax.plot([], [], color=style.color, linestyle=style.linestyle, marker=style.marker, markersize=3.2,
-                markerfacecolor="white", label=label)  # the legend entry: line style and marker together
+        seeds = seed_curves(mine, label, x, "accuracy", 100.0)
+        grid, ys = seed_grid(seeds)
+        band(ax, grid, ys, style, label)
+        ax.plot(np.concatenate([s[0] for s in seeds]), np.concatenate([s[1] for s in seeds]), linestyle="none",
+                marker=style.marker, markersize=3.2, markerfacecolor="white", markeredgewidth=0.8, color=style.color,
+                alpha=0.9)
         means[label] = (grid, seed_mean(ys))
-        evals[label] = max(len(g) for g in seeds)
+        evals[label] = max(len(s[0]) for s in seeds)
     return {**means, "_evals": evals}
 
 
 def per_step_lines(frame: pd.DataFrame, column: str, ylabel: str, name: str, styles: dict, out_dir: Path,
                    caption: str, ylim=(0.0, 1.02)) -> Figure:
-    """Seed mean and min-max band of a per-step ledger quantity against the step, one line per label.
-    Every step is measured, so markers (every few steps, staggered per label) mark only real points."""
-    pyplot = plt()
-    fig, ax = pyplot.subplots(figsize=COLUMN_IN)
-    labels = order(frame["label"])
-    means = {}
-    for k, label in enumerate(labels):
-        wide = frame[frame["label"] == label].pivot_table(index="step", columns="seed", values=column)
-        every = max(len(labels), len(wide) // 6, 1)
-        band(ax, wide.index.to_numpy(), wide.to_numpy().T, styles[label], label, markevery=(k % every, every))
-        means[label] = (wide.index.to_numpy(float), seed_mean(wide.to_numpy().T))
-    ax.set_xlabel("training step")
-    ax.set_ylabel(ylabel)
-    ax.set_ylim(*ylim)
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    legend_below(fig, ax)
+    """Seed mean and min-max band of a per-step ledger quantity against the step, one panel per label with
+    uniform's mean in every panel (multiples.py)."""
+    curves = {label: seed_curves(frame, label, "step", column) for label in order(frame["label"])}
+    curves = {label: seeds for label, seeds in curves.items() if seeds}
+    fig, axes, means = draw(curves, styles)
+    for ax in axes.values():
+        ax.set_ylim(*ylim)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    axis_names(fig, "training step", ylabel)
     note = coincide_note(coinciding(means, 0.005 * (ylim[1] - ylim[0])), "")
-    return Figure(name, save(fig, out_dir, name), f"{caption} Per training step; {BAND_TEXT}.{note}")
+    return Figure(name, save(fig, out_dir, name),
+                  f"{caption} Per training step, one panel per selector; {BAND_TEXT}; {REFERENCE_TEXT}.{note}")
 
 
 def pass_rate_distribution(rates: pd.DataFrame, out_dir: Path, windows: int = 10) -> Figure:
@@ -128,14 +160,18 @@ def pass_rate_distribution(rates: pd.DataFrame, out_dir: Path, windows: int = 10
     """
     pyplot = plt()
     labels = order(rates["label"])
-    fig, axes = pyplot.subplots(1, len(labels), figsize=(min(7.0, 1.6 * len(labels) + 0.8), 2.2), sharey=True,
+    ncols = min(MAX_COLS, len(labels))  # rows of five panels: legible at thirty selectors as at three
+    nrows = -(-len(labels) // ncols)
+    fig, axes = pyplot.subplots(nrows, ncols, figsize=(1.5 * ncols + 0.8, 1.7 * nrows + 0.5), sharey=True,
                                 squeeze=False)
     cmap = pyplot.get_cmap("viridis")
     shades = [cmap(i / (len(PASS_BINS) - 1)) for i in range(len(PASS_BINS))]
     steps = np.sort(rates["step"].unique())
     windows = max(1, min(windows, len(steps)))
     edges = np.linspace(steps[0], steps[-1] + 1, windows + 1)  # windows of equal step span
-    for ax, label in zip(axes[0], labels):
+    for ax in list(axes.flat)[len(labels):]:
+        ax.set_visible(False)
+    for ax, label in zip(axes.flat, labels):
         mine = rates[rates["label"] == label]
         window = np.clip(np.digitize(mine["step"], edges) - 1, 0, windows - 1)
         counts = np.zeros((len(PASS_BINS), windows))
@@ -154,11 +190,12 @@ def pass_rate_distribution(rates: pd.DataFrame, out_dir: Path, windows: int = 10
         ax.set_xlabel("training step")
         ax.set_ylim(0, 1)
         ax.grid(False)
-    axes[0][0].set_ylabel("share of rolled-out prompts")
+    for row in axes:
+        row[0].set_ylabel("share of rolled-out prompts")
     handles = [pyplot.Rectangle((0, 0), 1, 1, color=c) for c in shades]
     fig.legend(handles, [b[2] for b in PASS_BINS], title="pass rate (of n responses)", loc="lower center",
                ncols=len(PASS_BINS), frameon=False, bbox_to_anchor=(0.5, -0.02))
-    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    fig.tight_layout(rect=(0, 0.45 / fig.get_size_inches()[1], 1, 1))  # ~0.45 in for the legend
     caption = (f"Pass rate of the rolled-out prompts (mean reward of each prompt's n responses), per selector, "
                f"seeds pooled; steps cut into {windows} windows of equal span, each bar the share of that window's "
                "rolled-out prompts in each bin. Bins 0 and 1 are the zero-variance groups (no learning signal).")

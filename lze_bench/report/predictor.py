@@ -17,7 +17,7 @@ import math
 import pandas as pd
 
 from lze_bench.report.formats import markdown, sci
-from lze_bench.report.offline import read_offline
+from lze_bench.report.offline import portable_path, read_offline
 
 METRICS = ("mae", "spearman", "pearson")
 NAMES = {"kernel": "kernel (cosine, untrained)", "trained": "trained head (lze-bench)",
@@ -94,11 +94,7 @@ def _offline_lines(offline: pd.DataFrame | None, budget: float | None) -> list[s
                 built += (f" after the labelling models' own warm start ({float(labelers):.0f} s; not charged: they "
                           "stand in for the public models the authors label with)")
             built += ", shared by every run of the sweep"
-        encoder = str(first["encoder"])
-        for folder in ("/warmstarts/", "/warmstart/"):  # the shipped store's or the cache's: not the machine's path
-            if folder in encoder:
-                encoder = encoder[encoder.index(folder) + 1:]
-                break
+        encoder = portable_path(first["encoder"])  # offline_summary's already; a caller's frame may hold any
         lines.append(f"Offline cost of {label}'s predictor ({NAMES.get(first['predictor'], first['predictor'])}, "
                      f"encoder `{encoder}`): {', '.join(parts)}; total {sci(float(first['total']))} FLOPs"
                      f"{share}, per run (seed mean {sci(float(group['total'].mean()))}){built}.")

@@ -62,6 +62,6 @@ def cost_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 def _baseline_first(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows in the figures' order: uniform, dapo, astral, hive, lze, then other labels sorted."""
-    from lze_bench.report.plots import order
+    from lze_bench.registry import display_order as order
 
     return frame.set_index("label").loc[order(frame["label"])].reset_index()

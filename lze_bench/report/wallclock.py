@@ -59,22 +59,22 @@ def accuracy_vs_time(points, runs, styles: dict, out_dir: Path) -> list[Figure]:
     hardware = _hardware_text(runs)
     unit, seconds = _unit(float(points["train_time_s"].max()))
     where = "wall-clock, CPU" if hardware.startswith("CPU") else "wall-clock"
-    figures = [accuracy_curves(
+    figures = accuracy_curves(
         points.assign(x=points["train_time_s"] / seconds), "x", f"training time ({unit}, {where})",
         "accuracy_vs_wallclock", styles, out_dir,
         what=f"training wall-clock time ({hardware})",
         extra=("Time: the ledger's step times summed, held-out evals run during training excluded (Table 3's "
                "wall time includes them). Wall-clock "
                "depends on the machine and on the jobs that shared it (a sweep runs several at once); FLOPs do not."),
-    )]
+    )
     gpus = {(run.label, run.seed): run.gpus for run in runs}
     if all(isinstance(n, int) and n > 0 for n in gpus.values()):
         per_point = points.apply(lambda r: gpus[(r["label"], r["seed"])], axis=1)
-        figures.append(accuracy_curves(
+        figures += accuracy_curves(
             points.assign(x=points["train_time_s"] / 3600.0 * per_point), "x", "GPU-hours (wall-clock × GPUs)",
             "accuracy_vs_gpu_hours", styles, out_dir,
             what=f"GPU-hours ({hardware})",
             extra=("GPU-hours: training wall-clock hours × the GPUs each run held (config.yaml: backend.num_nodes × "
                    "backend.gpus_per_node, else the launcher's), held-out evals excluded."),
-        ))
+        )
     return figures
