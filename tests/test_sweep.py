@@ -347,3 +347,23 @@ def test_a_requeue_that_stops_its_own_scontrol_is_a_requeue_not_a_failure():
     with pytest.raises(SystemExit) as plain:  # no handler to hand it to (not a submitit job)
         preemption.forward(signal.SIG_DFL)
     assert plain.value.code == 128 + signal.SIGUSR2
+
+
+def test_dry_run_on_a_sweep_whose_config_changed_says_the_real_run_refuses(tmp_path):
+    """A finished job planned again with another config: the dry run shows it refused (not "done (skip)")
+    and exits as the real run does, with one line naming the jobs."""
+    from lze_bench.sweep.manifest import save_manifest
+
+    plan = plan_jobs(SweepSpec(), ["seed=0,1", "trainer.steps=2"], tmp_path, name="t")
+    save_manifest(tmp_path, merge_plan(new_manifest(plan, []), plan))
+    for run in ("s0", "s1"):
+        mark_done(tmp_path / "runs" / run)
+    same = runner.invoke(app, ["sweep", "--dry-run", "seed=0,1", "trainer.steps=2", f"sweep_dir={tmp_path}"])
+    assert same.exit_code == 0 and "done (skip)" in same.output, same.output
+    changed = runner.invoke(app, ["sweep", "--dry-run", "seed=0,1", "trainer.steps=4", f"sweep_dir={tmp_path}"])
+    words = " ".join(changed.output.split())
+    assert changed.exit_code == 2, changed.output
+    assert "done (skip)" not in words and "refused" in words
+    assert "the real run would refuse: 2 job(s)" in words and "s0, s1" in words
+    real = runner.invoke(app, ["sweep", "seed=0,1", "trainer.steps=4", f"sweep_dir={tmp_path}"])
+    assert real.exit_code == 2 and "was run with another config" in real.output

@@ -247,9 +247,10 @@ def print_plan(plan, sweep_dir: Path, sbatch_script: str | None = None, then: st
     pair_index = pair_labels(job.pair_key for job in plan.jobs)
     for job in plan.jobs:
         axes = " ".join(f"{k}={v}" for k, v in job.axes.items())
-        now = "done (skip)" if (job.run_dir / "DONE").exists() else old.get(job.name, {}).get("status", "new")
+        now = planned_status(job, old.get(job.name))
         table.add_row(job.name, axes, str(job.run_dir.relative_to(plan.sweep_dir)), job.config_hash, f"P{pair_index[job.pair_key]}", now)
     console.print(table)
+    changed = [job.name for job in plan.jobs if config_changed(job, old.get(job.name))]
     grid_values = {f"{k}={v}" for j in plan.jobs for k, v in j.axes.items()}
     common = set.intersection(*(set(job.overrides) for job in plan.jobs)) - grid_values if plan.jobs else set()
     console.print(f"every job: {' '.join(sorted(common)) or '(defaults)'}", highlight=False)
@@ -273,6 +274,24 @@ def print_plan(plan, sweep_dir: Path, sbatch_script: str | None = None, then: st
     if sbatch_script is not None:
         console.print("sbatch script submitit would submit:", highlight=False)
         console.print(sbatch_script, markup=False, highlight=False, soft_wrap=True)
+    if changed:  # the real run refuses before submitting anything (manifest.merge_plan): say so, and exit as it would
+        raise LzeBenchError(
+            f"the real run would refuse: {len(changed)} job(s) in {plan.sweep_dir} were run with another config "
+            f"({', '.join(changed)}); pass a new sweep_dir=PATH, or delete their run dirs and manifest entries")
+
+
+def config_changed(job, entry: dict | None) -> bool:
+    """Whether the manifest has this job under another config hash (the real run refuses it: merge_plan)."""
+    return entry is not None and job.config_hash is not None and entry.get("config_hash") != job.config_hash
+
+
+def planned_status(job, entry: dict | None) -> str:
+    """What the real run will do with the job: refuse it (config changed), skip it (done) or (re)submit it."""
+    if config_changed(job, entry):
+        return f"config changed (was {entry.get('config_hash')}): refused"
+    if (job.run_dir / "DONE").exists():
+        return "done (skip)"
+    return (entry or {}).get("status", "new")
 
 
 def compute_plans(plan) -> dict[str, list[str]]:
