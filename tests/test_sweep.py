@@ -367,3 +367,34 @@ def test_dry_run_on_a_sweep_whose_config_changed_says_the_real_run_refuses(tmp_p
     assert "the real run would refuse: 2 job(s)" in words and "s0, s1" in words
     real = runner.invoke(app, ["sweep", "seed=0,1", "trainer.steps=4", f"sweep_dir={tmp_path}"])
     assert real.exit_code == 2 and "was run with another config" in real.output
+
+
+def test_a_recipe_with_an_unknown_key_is_one_line_naming_the_file_and_only_fails_when_chosen(tmp_path):
+    """A sweep recipe or eval suite in ./sweeps, ./evals with a key its schema lacks: choosing it is one line
+    naming the file and the key (exit 2); other commands still run while the file is there."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "evals").mkdir()
+    (tmp_path / "sweeps" / "bad.yaml").write_text("grid:\n  seed: [0, 1]\ngrd: 3\n")
+    (tmp_path / "evals" / "badsuite.yaml").write_text("benchmarks: [gsm8k]\nbogus_key: 1\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "lze_bench.cli", *args], capture_output=True, text=True,
+                              cwd=tmp_path, env=env, timeout=300)
+
+    for args, file, key in ((["sweep", "sweep=bad", "--dry-run"], "bad.yaml", "'grd'"),
+                            (["eval", "eval=badsuite", "--dry-run"], "badsuite.yaml", "'bogus_key'")):
+        out = cli(*args)
+        lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
+        assert out.returncode == 2 and len(lines) == 1, lines
+        assert str(tmp_path / args[0].replace("sweep", "sweeps").replace("eval", "evals") / file) in lines[0]
+        assert key in lines[0] and "Traceback" not in lines[0]
+    other = cli("sweep", "seed=0,1", "trainer.steps=2", "--dry-run", f"sweep_dir={tmp_path / 'sw'}")
+    assert other.returncode == 0, other.stdout + other.stderr
+    by_path = runner.invoke(app, ["sweep", f"sweep={tmp_path / 'sweeps' / 'bad.yaml'}", "--dry-run"])
+    assert by_path.exit_code == 2 and "bad.yaml: key 'grd'" in by_path.output
