@@ -551,3 +551,18 @@ def test_a_sweeps_own_axes_may_differ_between_runs_but_nothing_else():
     check_comparable(swept)  # lr is an axis (it labels the runs apart); selector keys are the selector's own
     with pytest.raises(LzeBenchError, match=r"runs r0 and r4 differ in trainer.steps \(4 vs 8\)"):
         check_comparable(swept + [(Path("r4"), {"trainer.lr": 0.1}, cfg("lze", 0.1, steps=8))])
+
+
+@pytest.mark.parametrize("damage", [b"selector: {name: uniform\nseed: [0\n", b"\xff\xfe", b"- 1\n- 2\n"])
+def test_a_config_yaml_that_is_not_valid_yaml_is_one_line_naming_it(tmp_path, damage):
+    from typer.testing import CliRunner
+
+    from lze_bench.cli import app
+
+    run = make_run(tmp_path / "runs", "uniform", 0)
+    (run / "config.yaml").write_bytes(damage)
+    result = CliRunner().invoke(app, ["report", str(tmp_path / "runs"), "--out-root", str(tmp_path / "out")])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith(f"error: {run / 'config.yaml'} is damaged and was left as is"), lines[0]
+    assert "restore it" in lines[0] and (run / "config.yaml").read_bytes() == damage

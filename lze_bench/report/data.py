@@ -75,8 +75,15 @@ def _read_config(run_dir: Path) -> dict:
     path = run_dir / CONFIG
     if not path.exists():
         return {}
-    with path.open() as handle:
-        return yaml.safe_load(handle) or {}
+    fix = "restore it (train writes it when the run starts) or move the run out of the folder being reported"
+    try:
+        with path.open() as handle:
+            cfg = yaml.safe_load(handle) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise damaged_file(path, exc, f"it is not valid YAML; {fix}") from exc
+    if not isinstance(cfg, dict):  # a YAML list or scalar: the run's settings cannot be read from it
+        raise damaged_file(path, TypeError(f"holds a {type(cfg).__name__}, not a mapping of settings"), fix)
+    return cfg
 
 
 def _label(axes: dict, selector: str) -> str:
