@@ -558,3 +558,35 @@ def test_a_preempted_sweep_job_saves_the_step_in_hand_and_its_ledger_equals_an_u
     columns = [c for c in LEDGER_COLUMNS if c not in TIME_COLUMNS]
     pd.testing.assert_frame_equal(read_ledger(unbroken)[columns], read_ledger(broken)[columns])
     assert not (broken / "PREEMPT").exists()  # the requeued attempt cleared the marker
+
+
+@pytest.mark.parametrize("where", ["trainer_state", "weights"])
+def test_a_full_disk_while_checkpointing_is_one_line_saying_so_and_naming_the_file(tmp_path, cache_dir, monkeypatch,
+                                                                                   where):
+    """torch's zip writer reports a short write as "unexpected pos" and the weights' writer as ENOSPC: either is
+    one line saying the disk is full, naming the file, and the unfinished checkpoint is removed."""
+    import errno
+
+    import torch
+
+    from lze_bench.backends.local import model as local_model
+
+    if where == "trainer_state":
+        def short_write(obj, f, *args, **kwargs):
+            raise RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 4416 vs 4310")
+
+        monkeypatch.setattr(torch, "save", short_write)
+    else:
+        def no_space(model, tokenizer, directory):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(local_model, "save_policy", no_space)
+    run_dir = tmp_path / "run"
+    result = train(run_dir, cache_dir, "trainer.steps=2", "trainer.checkpoint_every=1")
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]  # after any progress bars
+    assert result.exit_code == 2 and len(errors) == 1 and "Traceback" not in result.output, result.output
+    line = errors[0]
+    checkpoint = run_dir / "checkpoints" / "step_000001"
+    named = checkpoint / "trainer_state.pt" if where == "trainer_state" else checkpoint
+    assert line.startswith(f"error: {named}: the disk is full") and "free space" in line, line
+    assert not checkpoint.exists() and not list(run_dir.rglob(".*.tmp"))
