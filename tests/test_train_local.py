@@ -215,6 +215,7 @@ def resumable_run(tmp_path_factory, cache_dir):
 @pytest.mark.parametrize("name", [
     "ledger.parquet", "config.yaml", "heldout.jsonl", "selector_state/step_000002.npz",
     "checkpoints/step_000002/trainer_state.pt", "checkpoints/step_000002/model.safetensors",
+    "rollouts/part-step_000001.parquet",
 ])
 def test_a_damaged_file_fails_the_resume_in_one_line_and_is_left_as_is(tmp_path, cache_dir, resumable_run, name):
     run_dir = tmp_path / "run"
@@ -222,7 +223,11 @@ def test_a_damaged_file_fails_the_resume_in_one_line_and_is_left_as_is(tmp_path,
     path = run_dir / name
     path.write_bytes(path.read_bytes()[:-7])  # cut short, as a full disk or an interrupted copy leaves it
     damaged = path.read_bytes()
+    ledger_before = (run_dir / "ledger.parquet").read_bytes()
     line = one_error_line(train(run_dir, cache_dir, *RESUMABLE))
+    if name.startswith("rollouts/"):  # found before a step trained or the resume cut anything back
+        assert (run_dir / "ledger.parquet").read_bytes() == ledger_before
+        assert (run_dir / "rollouts" / "part-step_000002.parquet").exists()
     named = path.parent if name.endswith(".safetensors") else path  # weights: the whole checkpoint is named
     assert f"error: {named} is damaged and was left as is" in line
     assert "start the run over" in line and ("restore it" in line or "to resume from the checkpoint before" in line)

@@ -304,6 +304,7 @@ class _Session:
             pending = state.get("pending", [])  # groups a selector held for the next step (SPEED)
             features.embeddings_charged = bool(state.get("embeddings_charged", False))
             log.info("resuming %s from checkpoint step_%06d", self.run_dir, self.updates)
+        self.rollouts.check_readable(self.updates - 1)  # before anything is cut back or trained
         self.ledger.truncate_after(self.updates - 1)
         self.rollouts.truncate_after(self.updates - 1)
         self.heldout = _read_heldout(self.run_dir, self.updates)
