@@ -398,3 +398,32 @@ def test_a_recipe_with_an_unknown_key_is_one_line_naming_the_file_and_only_fails
     assert other.returncode == 0, other.stdout + other.stderr
     by_path = runner.invoke(app, ["sweep", f"sweep={tmp_path / 'sweeps' / 'bad.yaml'}", "--dry-run"])
     assert by_path.exit_code == 2 and "bad.yaml: key 'grd'" in by_path.output
+
+
+def test_watch_ends_when_no_job_can_progress_and_says_why_it_waits_while_a_sweep_runs(tmp_path, monkeypatch):
+    """`launcher=slurm` without srun leaves every job new: nothing will submit them, so `--watch` ends and
+    says how to submit them; while a sweep holds the directory, new jobs will still be submitted: it says so."""
+    import threading
+
+    from lze_bench.runlock import hold_run_dir
+
+    sweep_dir = tmp_path / "sw"
+    with monkeypatch.context() as no_slurm:
+        no_slurm.setenv("PATH", str(tmp_path))  # no srun on PATH, as on a machine outside the cluster
+        failed = runner.invoke(app, ["sweep", "seed=0,1", "trainer.steps=2", "launcher=slurm", "wait=false",
+                                     f"sweep_dir={sweep_dir}"])
+    assert failed.exit_code == 2 and "no srun on PATH" in failed.output, failed.output
+    assert {e["status"] for e in load_manifest(sweep_dir)["jobs"].values()} == {"new"}
+    outcome = {}
+    watcher = threading.Thread(target=lambda: outcome.update(result=runner.invoke(
+        app, ["sweep", "status", str(sweep_dir), "--watch", "--every", "0.1"])), daemon=True)
+    watcher.start()
+    watcher.join(timeout=60)
+    assert not watcher.is_alive(), "the watch kept waiting on jobs nothing will submit"
+    words = " ".join(outcome["result"].output.split())
+    assert outcome["result"].exit_code == 0, words
+    assert "2 job(s) were never submitted and no lze-bench sweep is running" in words and "launcher=slurm" in words
+    with hold_run_dir(sweep_dir, "sweep", key=""):  # a sweep that is submitting them
+        shown = runner.invoke(app, ["sweep", "status", str(sweep_dir)])
+    words = " ".join(shown.output.split())
+    assert "waiting: 2 new job(s) are still to be submitted by the running sweep" in words, words

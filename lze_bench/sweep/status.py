@@ -205,14 +205,39 @@ def manifest_dirs(sweep_dir: Path) -> list[Path]:
     return found
 
 
-def status_group(sweep_dir: Path) -> tuple[Group, bool]:
-    """Every table for DIR, and whether every job in them has ended."""
-    tables, ended = [], True
+def status_group(sweep_dir: Path) -> tuple[Group, bool, list[str]]:
+    """Every table for DIR; whether no job in them can progress any more (every job ended, or what has not
+    is never submitted: `stalled`); and the lines saying why a watch stops or keeps waiting."""
+    tables, ended, notes = [], True, []
     for folder in manifest_dirs(sweep_dir):
         data = current(folder)
         tables.append(jobs_table(folder, data))
-        ended = ended and all(e["status"] in FINAL for e in data["jobs"].values())
-    return Group(*tables), ended
+        stuck, note = stalled(folder, data)
+        ended = ended and stuck
+        notes += [note] if note else []
+    return Group(*tables), ended, notes
+
+
+def stalled(folder: Path, data: dict) -> tuple[bool, str | None]:
+    """(whether no job of this manifest can progress, the line that says why, or why a watch waits).
+
+    A `new` job is submitted only by the `lze-bench sweep` that holds the folder's lock (it throttles local jobs,
+    and a failed submission, e.g. `launcher=slurm` without srun, leaves every job new): with no such process the
+    job never moves, so waiting on it would never end."""
+    from lze_bench.runlock import is_held
+
+    counts = Counter(entry["status"] for entry in data["jobs"].values())
+    if counts["unknown"]:
+        return False, f"{folder}: waiting: the scheduler did not answer about {counts['unknown']} job(s) (squeue)"
+    if counts["queued"] or counts["running"]:
+        return False, None
+    if not counts["new"]:
+        return True, None
+    if is_held(folder, "sweep"):
+        return False, f"{folder}: waiting: {counts['new']} new job(s) are still to be submitted by the running sweep"
+    command = " ".join(data.get("command") or ["lze-bench", "sweep", "..."])
+    return True, (f"{folder}: {counts['new']} job(s) were never submitted and no lze-bench sweep is running for "
+                  f"this directory; nothing will change them: run the sweep again to submit them ({command})")
 
 
 def show_status(sweep_dir: Path, watch: bool = False, every_s: float = 5.0) -> None:
@@ -221,12 +246,15 @@ def show_status(sweep_dir: Path, watch: bool = False, every_s: float = 5.0) -> N
     sweep_dir = Path(sweep_dir)
     console = Console()
     if not watch:
-        console.print(status_group(sweep_dir)[0])
+        group, _, notes = status_group(sweep_dir)
+        console.print(group)
+        for note in notes:
+            console.print(note, markup=False, highlight=False, soft_wrap=True)
         return
     with Live(status_group(sweep_dir)[0], console=console, refresh_per_second=1) as live:
         while True:
-            group, ended = status_group(sweep_dir)
-            live.update(group)
+            group, ended, notes = status_group(sweep_dir)
+            live.update(Group(group, *(Text(note) for note in notes)))  # why it stops, or why it still waits
             if ended:
                 break
             time.sleep(every_s)
