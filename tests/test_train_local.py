@@ -595,3 +595,13 @@ def test_a_full_disk_while_checkpointing_is_one_line_saying_so_and_naming_the_fi
     named = checkpoint / "trainer_state.pt" if where == "trainer_state" else checkpoint
     assert line.startswith(f"error: {named}: the disk is full") and "free space" in line, line
     assert not checkpoint.exists() and not list(run_dir.rglob(".*.tmp"))
+
+
+def test_a_new_run_that_fails_before_its_first_step_leaves_no_run_directory(tmp_path, cache_dir):
+    """Its config.yaml would make the corrected command, same run_dir=, refuse the directory as another run's."""
+    run_dir = tmp_path / "new" / "run"
+    result = train(run_dir, cache_dir, "trainer.max_new_tokens=100000")  # refused after the config is written
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1 and "trainer.max_new_tokens=100000" in errors[0], result.output
+    assert not (tmp_path / "new").exists()
+    ok(train(run_dir, cache_dir, "trainer.steps=1"))  # the corrected command is not refused
