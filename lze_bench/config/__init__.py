@@ -401,7 +401,9 @@ def _check_group_choices(overrides: list[str]) -> None:
             continue
         choices = group_options(key)
         for option in value.split(","):  # multirun lists are checked option by option
-            if option and option not in choices:
+            if not option.strip():  # `selector=` (or `a,,b`): Hydra would look for the file 'selector/'
+                raise LzeBenchError(f"{item}: {key} needs a value (choices: {', '.join(choices) or 'none'})")
+            if option not in choices:
                 raise LzeBenchError(unknown_choice(key, option, choices))
             if option in _BROKEN_OPTIONS.get(key, {}):
                 raise LzeBenchError(_BROKEN_OPTIONS[key][option])
