@@ -427,3 +427,15 @@ def test_watch_ends_when_no_job_can_progress_and_says_why_it_waits_while_a_sweep
         shown = runner.invoke(app, ["sweep", "status", str(sweep_dir)])
     words = " ".join(shown.output.split())
     assert "waiting: 2 new job(s) are still to be submitted by the running sweep" in words, words
+
+
+def test_dry_run_shows_each_key_once_with_the_value_in_effect(tmp_path):
+    """A recipe's `trainer.steps=2` overridden on the command line by `trainer.steps=4`: the dry run shows 4."""
+    recipe = tmp_path / "steps.yaml"
+    recipe.write_text("grid:\n  seed: [0, 1]\noverrides: [trainer.steps=2, trainer.eval_every=1]\n")
+    result = runner.invoke(app, ["sweep", f"sweep={recipe}", "trainer.steps=4", "--dry-run",
+                                 f"sweep_dir={tmp_path / 'sw'}"])
+    assert result.exit_code == 0, result.output
+    every = [line for line in result.output.splitlines() if line.startswith("every job: ")][0]
+    assert "trainer.steps=4" in every and "trainer.eval_every=1" in every
+    assert "trainer.steps=2" not in result.output

@@ -280,10 +280,11 @@ def print_plan(plan, sweep_dir: Path, sbatch_script: str | None = None, then: st
     console.print(table)
     changed = [job.name for job in plan.jobs if config_changed(job, old.get(job.name))]
     grid_values = {f"{k}={v}" for j in plan.jobs for k, v in j.axes.items()}
-    common = set.intersection(*(set(job.overrides) for job in plan.jobs)) - grid_values if plan.jobs else set()
+    in_effect = {job.name: effective(job.overrides) for job in plan.jobs}
+    common = set.intersection(*(set(in_effect[job.name]) for job in plan.jobs)) - grid_values if plan.jobs else set()
     console.print(f"every job: {' '.join(sorted(common)) or '(defaults)'}", highlight=False)
     for selector in sorted({job.selector for job in plan.jobs}):
-        extra = sorted({o for job in plan.jobs if job.selector == selector for o in job.overrides}
+        extra = sorted({o for job in plan.jobs if job.selector == selector for o in in_effect[job.name]}
                        - common - grid_values)
         if extra:
             console.print(f"{selector} jobs also: {' '.join(extra)}", highlight=False)
@@ -306,6 +307,13 @@ def print_plan(plan, sweep_dir: Path, sbatch_script: str | None = None, then: st
         raise LzeBenchError(
             f"the real run would refuse: {len(changed)} job(s) in {plan.sweep_dir} were run with another config "
             f"({', '.join(changed)}); pass a new sweep_dir=PATH, or delete their run dirs and manifest entries")
+
+
+def effective(overrides: list[str]) -> list[str]:
+    """The overrides that take effect: of several for one key (a recipe's `trainer.steps=2`, then the command
+    line's `trainer.steps=4`) only the last, which Hydra applies over the others."""
+    last = {str(item).partition("=")[0].lstrip("+~"): str(item) for item in overrides}
+    return list(last.values())
 
 
 def config_changed(job, entry: dict | None) -> bool:
