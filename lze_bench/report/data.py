@@ -183,6 +183,25 @@ def flop_budget(runs: list[Run]) -> float | None:
     return float(budgets.pop()) if len(budgets) == 1 and None not in budgets else None
 
 
+def no_common_budget(runs: list[Run]) -> str:
+    """Why the runs have no common FLOP budget, in words: none had one (they stopped after their step counts),
+    or they were given different ones (each budget and its runs)."""
+    from lze_bench.report.formats import sci
+
+    by_budget: dict = {}
+    for run in runs:
+        by_budget.setdefault(run.done.get("flop_budget"), []).append(f"{run.label} seed {run.seed}")
+    consequence = "Table 1 is then not an equal-compute comparison."
+    if set(by_budget) == {None}:
+        return ("No common `trainer.flop_budget`: runs stopped after their step counts, so selectors that spend "
+                f"fewer FLOPs per step also got less compute; {consequence}")
+    groups = sorted(by_budget.items(), key=lambda item: (item[0] is None, item[0] or 0.0))
+    parts = [f"{sci(float(b)) + ' FLOPs' if b is not None else 'none (its step count)'}: {', '.join(sorted(names))}"
+             for b, names in groups]
+    return (f"No common `trainer.flop_budget`: the runs were given different budgets ({'; '.join(parts)}), so "
+            f"they got different compute; {consequence}")
+
+
 def after_updates(ledger: pd.DataFrame, updates: int, column: str) -> float:
     """`cum_flops`/`cum_time_s` after `updates` actor updates: the ledger row of step updates-1
     (ledger steps count from 0; checkpoint step_K is saved after K updates); 0 for the initial policy."""
