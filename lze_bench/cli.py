@@ -155,6 +155,8 @@ def grade(
     """Re-grade a predictions file with the one grading function and print the accuracy."""
     from lze_bench.evaluation import grade_file as grading_file
 
+    if workers < 0:
+        raise LzeBenchError(f"--workers {workers}: a number of grading processes must be >= 0 (0 = one per core)")
     grading_file.grade_file(predictions, out, timeout_s=timeout_s, workers=workers, mode=grading)
 
 

@@ -249,6 +249,15 @@ class RolloutLog:
             raise LzeBenchError(f"rollout rows of step {step} lack columns: {', '.join(missing)}")
         _write_parquet(self.parts / f"part-step_{int(step):06d}.parquet", frame)
 
+    def check_readable(self, step: int) -> None:
+        """Read every part file a resume keeps (steps up to `step`): a damaged one is one line now, before any
+        step trains, not at the end of the run when the parts are compacted."""
+        if self.parts.is_dir():
+            for path in sorted(self.parts.iterdir()):
+                match = _PART.match(path.name)
+                if match and int(match.group(1)) <= int(step):
+                    _read_parquet(path, run_file_fix(self.run_dir))
+
     def truncate_after(self, step: int) -> None:
         """Forget rows of steps after `step` (resume)."""
         if self.parts.is_dir():

@@ -81,6 +81,24 @@ def hold_run_dir(run_dir: str | os.PathLike, role: str, key: str = "run_dir", na
             _remove_if_only_locks(created)
 
 
+def is_held(run_dir: str | os.PathLike, role: str) -> bool:
+    """Whether a process holds `run_dir`'s `role` lock now (a reader's question: creates no lock file)."""
+    from filelock import FileLock, Timeout
+
+    path = lock_path(run_dir, role)
+    if not path.exists():
+        return False
+    lock = FileLock(str(path), is_singleton=False)
+    try:
+        lock.acquire(blocking=False)
+    except Timeout:
+        return True
+    except OSError:  # a lock file this user cannot open: someone else's, assume it is in use
+        return True
+    lock.release()
+    return False
+
+
 def _remove_if_only_locks(created: list[Path]) -> None:
     """A command that failed before writing anything leaves none of the folders it created behind."""
     names = {f".{role}.lock{suffix}" for role in ROLES for suffix in ("", ".holder")}

@@ -28,7 +28,7 @@ import pickle
 import re
 from pathlib import Path
 
-from lze_bench.errors import LzeBenchError
+from lze_bench.errors import LzeBenchError, disk_full, is_disk_full
 
 # "module:qualname" of every class a state file may hold
 STATE_CLASSES = (
@@ -83,7 +83,14 @@ def save(obj, path: str | os.PathLike) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
+    try:
+        torch.save(obj, tmp)
+    except Exception as exc:
+        tmp.unlink(missing_ok=True)  # a partial file only takes space; the previous `path` is untouched
+        if is_disk_full(exc):
+            raise disk_full(path, exc, "free space on its disk and run the same command again (a resume starts "
+                            "from the last complete checkpoint)") from exc
+        raise
     unknown = sorted(set(torch.serialization.get_unsafe_globals_in_checkpoint(tmp)) - _allowed_names())
     if unknown:
         tmp.unlink()

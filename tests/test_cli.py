@@ -182,3 +182,16 @@ def test_an_unreachable_hub_id_fails_in_one_line_without_retries(tmp_path, env, 
     assert out.returncode == 2 and len(lines) == 1, out.stderr
     assert "model=lze-bench-test/no-such-model" in lines[0] and "hf download" in lines[0]
     assert not (tmp_path / "out").exists()  # a refused command leaves no directory behind
+
+
+@pytest.mark.parametrize("command, override", [("train", "selector="), ("train", "launcher="),
+                                               ("sweep", "selector=")])
+def test_an_empty_group_choice_is_one_line_listing_the_choices(command, override):
+    from lze_bench.config import group_options
+
+    key = override.partition("=")[0]
+    result = runner.invoke(app, [command, override, "--dry-run"])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert f"{key} needs a value" in lines[0] and "Could not find" not in lines[0]
+    assert all(name in lines[0] for name in group_options(key))

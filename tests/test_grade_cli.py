@@ -86,3 +86,19 @@ def test_a_line_that_is_not_utf8_is_one_line_naming_file_and_line(tmp_path):
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert f"{predictions}:2: not UTF-8 (byte 0xe9 at column 18); save the file as UTF-8" in lines[0]
+
+
+def test_a_directory_is_refused_saying_it_is_one_and_what_is_expected(tmp_path):
+    result = CliRunner().invoke(app, ["grade", str(tmp_path)])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "is a directory" in lines[0] and "JSONL file" in lines[0] and "does not exist" not in lines[0]
+
+
+def test_a_negative_worker_count_is_refused_in_one_line(tmp_path):
+    _write(tmp_path / "p.jsonl", ROWS)
+    result = CliRunner().invoke(app, ["grade", str(tmp_path / "p.jsonl"), "--workers", "-3"])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "--workers -3" in lines[0] and ">= 0" in lines[0]
+    assert CliRunner().invoke(app, ["grade", str(tmp_path / "p.jsonl"), "--workers", "1"]).exit_code == 0

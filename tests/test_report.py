@@ -564,3 +564,33 @@ def test_a_sweeps_own_axes_may_differ_between_runs_but_nothing_else():
     check_comparable(swept)  # lr is an axis (it labels the runs apart); selector keys are the selector's own
     with pytest.raises(LzeBenchError, match=r"runs r0 and r4 differ in trainer.steps \(4 vs 8\)"):
         check_comparable(swept + [(Path("r4"), {"trainer.lr": 0.1}, cfg("lze", 0.1, steps=8))])
+
+
+@pytest.mark.parametrize("damage", [b"selector: {name: uniform\nseed: [0\n", b"\xff\xfe", b"- 1\n- 2\n"])
+def test_a_config_yaml_that_is_not_valid_yaml_is_one_line_naming_it(tmp_path, damage):
+    from typer.testing import CliRunner
+
+    from lze_bench.cli import app
+
+    run = make_run(tmp_path / "runs", "uniform", 0)
+    (run / "config.yaml").write_bytes(damage)
+    result = CliRunner().invoke(app, ["report", str(tmp_path / "runs"), "--out-root", str(tmp_path / "out")])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith(f"error: {run / 'config.yaml'} is damaged and was left as is"), lines[0]
+    assert "restore it" in lines[0] and (run / "config.yaml").read_bytes() == damage
+
+
+def test_runs_given_different_budgets_are_said_to_differ_in_budget_not_to_have_stopped_on_steps(tmp_path):
+    """No common FLOP budget because the runs' budgets differ: the report names each budget and its runs."""
+    from lze_bench.report.document import _capped
+
+    for selector, budget in (("uniform", 800.0), ("lze", 1600.0)):
+        mark_done(make_run(tmp_path / "runs", selector, 0), {"stopped_by": "budget", "flop_budget": budget})
+    report = build(tmp_path / "runs")
+    assert report["budget"] is None
+    text = _capped(report)
+    assert "stopped after their step counts" not in text
+    assert "different budgets (8.00e2 FLOPs: uniform seed 0; 1.60e3 FLOPs: lze seed 0)" in text
+    mark_done(tmp_path / "runs" / "lze-s0", {"stopped_by": "steps"})  # no budget at all: the step count stopped it
+    assert "none (its step count): lze seed 0" in _capped(build(tmp_path / "runs"))

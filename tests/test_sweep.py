@@ -347,3 +347,95 @@ def test_a_requeue_that_stops_its_own_scontrol_is_a_requeue_not_a_failure():
     with pytest.raises(SystemExit) as plain:  # no handler to hand it to (not a submitit job)
         preemption.forward(signal.SIG_DFL)
     assert plain.value.code == 128 + signal.SIGUSR2
+
+
+def test_dry_run_on_a_sweep_whose_config_changed_says_the_real_run_refuses(tmp_path):
+    """A finished job planned again with another config: the dry run shows it refused (not "done (skip)")
+    and exits as the real run does, with one line naming the jobs."""
+    from lze_bench.sweep.manifest import save_manifest
+
+    plan = plan_jobs(SweepSpec(), ["seed=0,1", "trainer.steps=2"], tmp_path, name="t")
+    save_manifest(tmp_path, merge_plan(new_manifest(plan, []), plan))
+    for run in ("s0", "s1"):
+        mark_done(tmp_path / "runs" / run)
+    same = runner.invoke(app, ["sweep", "--dry-run", "seed=0,1", "trainer.steps=2", f"sweep_dir={tmp_path}"])
+    assert same.exit_code == 0 and "done (skip)" in same.output, same.output
+    changed = runner.invoke(app, ["sweep", "--dry-run", "seed=0,1", "trainer.steps=4", f"sweep_dir={tmp_path}"])
+    words = " ".join(changed.output.split())
+    assert changed.exit_code == 2, changed.output
+    assert "done (skip)" not in words and "refused" in words
+    assert "the real run would refuse: 2 job(s)" in words and "s0, s1" in words
+    real = runner.invoke(app, ["sweep", "seed=0,1", "trainer.steps=4", f"sweep_dir={tmp_path}"])
+    assert real.exit_code == 2 and "was run with another config" in real.output
+
+
+def test_a_recipe_with_an_unknown_key_is_one_line_naming_the_file_and_only_fails_when_chosen(tmp_path):
+    """A sweep recipe or eval suite in ./sweeps, ./evals with a key its schema lacks: choosing it is one line
+    naming the file and the key (exit 2); other commands still run while the file is there."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "evals").mkdir()
+    (tmp_path / "sweeps" / "bad.yaml").write_text("grid:\n  seed: [0, 1]\ngrd: 3\n")
+    (tmp_path / "evals" / "badsuite.yaml").write_text("benchmarks: [gsm8k]\nbogus_key: 1\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "lze_bench.cli", *args], capture_output=True, text=True,
+                              cwd=tmp_path, env=env, timeout=300)
+
+    for args, file, key in ((["sweep", "sweep=bad", "--dry-run"], "bad.yaml", "'grd'"),
+                            (["eval", "eval=badsuite", "--dry-run"], "badsuite.yaml", "'bogus_key'")):
+        out = cli(*args)
+        lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
+        assert out.returncode == 2 and len(lines) == 1, lines
+        assert str(tmp_path / args[0].replace("sweep", "sweeps").replace("eval", "evals") / file) in lines[0]
+        assert key in lines[0] and "Traceback" not in lines[0]
+    other = cli("sweep", "seed=0,1", "trainer.steps=2", "--dry-run", f"sweep_dir={tmp_path / 'sw'}")
+    assert other.returncode == 0, other.stdout + other.stderr
+    by_path = runner.invoke(app, ["sweep", f"sweep={tmp_path / 'sweeps' / 'bad.yaml'}", "--dry-run"])
+    assert by_path.exit_code == 2 and "bad.yaml: key 'grd'" in by_path.output
+
+
+def test_watch_ends_when_no_job_can_progress_and_says_why_it_waits_while_a_sweep_runs(tmp_path, monkeypatch):
+    """`launcher=slurm` without srun leaves every job new: nothing will submit them, so `--watch` ends and
+    says how to submit them; while a sweep holds the directory, new jobs will still be submitted: it says so."""
+    import threading
+
+    from lze_bench.runlock import hold_run_dir
+
+    sweep_dir = tmp_path / "sw"
+    with monkeypatch.context() as no_slurm:
+        no_slurm.setenv("PATH", str(tmp_path))  # no srun on PATH, as on a machine outside the cluster
+        failed = runner.invoke(app, ["sweep", "seed=0,1", "trainer.steps=2", "launcher=slurm", "wait=false",
+                                     f"sweep_dir={sweep_dir}"])
+    assert failed.exit_code == 2 and "no srun on PATH" in failed.output, failed.output
+    assert {e["status"] for e in load_manifest(sweep_dir)["jobs"].values()} == {"new"}
+    outcome = {}
+    watcher = threading.Thread(target=lambda: outcome.update(result=runner.invoke(
+        app, ["sweep", "status", str(sweep_dir), "--watch", "--every", "0.1"])), daemon=True)
+    watcher.start()
+    watcher.join(timeout=60)
+    assert not watcher.is_alive(), "the watch kept waiting on jobs nothing will submit"
+    words = " ".join(outcome["result"].output.split())
+    assert outcome["result"].exit_code == 0, words
+    assert "2 job(s) were never submitted and no lze-bench sweep is running" in words and "launcher=slurm" in words
+    with hold_run_dir(sweep_dir, "sweep", key=""):  # a sweep that is submitting them
+        shown = runner.invoke(app, ["sweep", "status", str(sweep_dir)])
+    words = " ".join(shown.output.split())
+    assert "waiting: 2 new job(s) are still to be submitted by the running sweep" in words, words
+
+
+def test_dry_run_shows_each_key_once_with_the_value_in_effect(tmp_path):
+    """A recipe's `trainer.steps=2` overridden on the command line by `trainer.steps=4`: the dry run shows 4."""
+    recipe = tmp_path / "steps.yaml"
+    recipe.write_text("grid:\n  seed: [0, 1]\noverrides: [trainer.steps=2, trainer.eval_every=1]\n")
+    result = runner.invoke(app, ["sweep", f"sweep={recipe}", "trainer.steps=4", "--dry-run",
+                                 f"sweep_dir={tmp_path / 'sw'}"])
+    assert result.exit_code == 0, result.output
+    every = [line for line in result.output.splitlines() if line.startswith("every job: ")][0]
+    assert "trainer.steps=4" in every and "trainer.eval_every=1" in every
+    assert "trainer.steps=2" not in result.output

@@ -215,6 +215,7 @@ def resumable_run(tmp_path_factory, cache_dir):
 @pytest.mark.parametrize("name", [
     "ledger.parquet", "config.yaml", "heldout.jsonl", "selector_state/step_000002.npz",
     "checkpoints/step_000002/trainer_state.pt", "checkpoints/step_000002/model.safetensors",
+    "rollouts/part-step_000001.parquet",
 ])
 def test_a_damaged_file_fails_the_resume_in_one_line_and_is_left_as_is(tmp_path, cache_dir, resumable_run, name):
     run_dir = tmp_path / "run"
@@ -222,7 +223,11 @@ def test_a_damaged_file_fails_the_resume_in_one_line_and_is_left_as_is(tmp_path,
     path = run_dir / name
     path.write_bytes(path.read_bytes()[:-7])  # cut short, as a full disk or an interrupted copy leaves it
     damaged = path.read_bytes()
+    ledger_before = (run_dir / "ledger.parquet").read_bytes()
     line = one_error_line(train(run_dir, cache_dir, *RESUMABLE))
+    if name.startswith("rollouts/"):  # found before a step trained or the resume cut anything back
+        assert (run_dir / "ledger.parquet").read_bytes() == ledger_before
+        assert (run_dir / "rollouts" / "part-step_000002.parquet").exists()
     named = path.parent if name.endswith(".safetensors") else path  # weights: the whole checkpoint is named
     assert f"error: {named} is damaged and was left as is" in line
     assert "start the run over" in line and ("restore it" in line or "to resume from the checkpoint before" in line)
@@ -558,3 +563,45 @@ def test_a_preempted_sweep_job_saves_the_step_in_hand_and_its_ledger_equals_an_u
     columns = [c for c in LEDGER_COLUMNS if c not in TIME_COLUMNS]
     pd.testing.assert_frame_equal(read_ledger(unbroken)[columns], read_ledger(broken)[columns])
     assert not (broken / "PREEMPT").exists()  # the requeued attempt cleared the marker
+
+
+@pytest.mark.parametrize("where", ["trainer_state", "weights"])
+def test_a_full_disk_while_checkpointing_is_one_line_saying_so_and_naming_the_file(tmp_path, cache_dir, monkeypatch,
+                                                                                   where):
+    """torch's zip writer reports a short write as "unexpected pos" and the weights' writer as ENOSPC: either is
+    one line saying the disk is full, naming the file, and the unfinished checkpoint is removed."""
+    import errno
+
+    import torch
+
+    from lze_bench.backends.local import model as local_model
+
+    if where == "trainer_state":
+        def short_write(obj, f, *args, **kwargs):
+            raise RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 4416 vs 4310")
+
+        monkeypatch.setattr(torch, "save", short_write)
+    else:
+        def no_space(model, tokenizer, directory):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(local_model, "save_policy", no_space)
+    run_dir = tmp_path / "run"
+    result = train(run_dir, cache_dir, "trainer.steps=2", "trainer.checkpoint_every=1")
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]  # after any progress bars
+    assert result.exit_code == 2 and len(errors) == 1 and "Traceback" not in result.output, result.output
+    line = errors[0]
+    checkpoint = run_dir / "checkpoints" / "step_000001"
+    named = checkpoint / "trainer_state.pt" if where == "trainer_state" else checkpoint
+    assert line.startswith(f"error: {named}: the disk is full") and "free space" in line, line
+    assert not checkpoint.exists() and not list(run_dir.rglob(".*.tmp"))
+
+
+def test_a_new_run_that_fails_before_its_first_step_leaves_no_run_directory(tmp_path, cache_dir):
+    """Its config.yaml would make the corrected command, same run_dir=, refuse the directory as another run's."""
+    run_dir = tmp_path / "new" / "run"
+    result = train(run_dir, cache_dir, "trainer.max_new_tokens=100000")  # refused after the config is written
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1 and "trainer.max_new_tokens=100000" in errors[0], result.output
+    assert not (tmp_path / "new").exists()
+    ok(train(run_dir, cache_dir, "trainer.steps=1"))  # the corrected command is not refused

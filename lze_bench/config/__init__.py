@@ -18,6 +18,7 @@ naming the key and the valid choices.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,8 @@ SELECTOR_PLUGINS = "lze_bench.plugins"
 
 _registered = False
 _RECIPE_FILES: dict[str, dict[str, Path]] = {}  # group -> option -> file given as a path on the command line
+# group -> option -> why its YAML file does not validate; the error is raised when that option is chosen
+_BROKEN_OPTIONS: dict[str, dict[str, str]] = {}
 # (config name, its config-group overrides) -> Hydra's composed config before any value override;
 # emptied whenever the ConfigStore changes (see `_compose_from_base`)
 _BASE_CONFIGS: dict[tuple[str, tuple[str, ...]], object] = {}
@@ -124,10 +127,32 @@ def register_all() -> None:
     for group, spec in YAML_GROUPS.items():
         schema_cls = _load_attr(spec.schema)
         for name, path in yaml_options(group).items():
-            node = OmegaConf.merge(OmegaConf.structured(schema_cls), _load_yaml(path))
+            try:
+                node = load_recipe(schema_cls, path)
+            except LzeBenchError as exc:  # kept for when it is chosen: one bad file must not stop every command
+                _BROKEN_OPTIONS.setdefault(group, {})[name] = str(exc)
+                continue
             store.store(group=group, name=name, node=node)
     _BASE_CONFIGS.clear()
     _registered = True
+
+
+def load_recipe(schema_cls, path: Path):
+    """A YAML option validated by its group's schema; an unknown key or a wrong type is one line naming the
+    file and the key (omegaconf's own message is several lines and names only the schema)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+
+    data = _load_yaml(path)
+    try:
+        return OmegaConf.merge(OmegaConf.structured(schema_cls), data)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or getattr(exc, "key", None) or "?"
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        hint = ""
+        if isinstance(exc, ConfigKeyError) and dataclasses.is_dataclass(schema_cls):
+            hint = f" (known keys: {', '.join(f.name for f in dataclasses.fields(schema_cls))})"
+        raise LzeBenchError(f"{path}: key {key!r}: {first}{hint}") from exc
 
 
 def _load_yaml(path: Path):
@@ -364,7 +389,7 @@ def rewrite_recipe_paths(overrides: list[str]) -> list[str]:
                 raise LzeBenchError(f"{key}={value}: no such recipe file (give an existing .yaml path or a name: "
                                     f"{', '.join(group_options(key))})")
             schema_cls = _load_attr(YAML_GROUPS[key].schema)
-            node = OmegaConf.merge(OmegaConf.structured(schema_cls), _load_yaml(path))
+            node = load_recipe(schema_cls, path)
             ConfigStore.instance().store(group=key, name=path.stem, node=node)
             _BASE_CONFIGS.clear()  # an option of this name may have been composed from another file
             _RECIPE_FILES.setdefault(key, {})[path.stem] = path.resolve()
@@ -381,8 +406,12 @@ def _check_group_choices(overrides: list[str]) -> None:
             continue
         choices = group_options(key)
         for option in value.split(","):  # multirun lists are checked option by option
-            if option and option not in choices:
+            if not option.strip():  # `selector=` (or `a,,b`): Hydra would look for the file 'selector/'
+                raise LzeBenchError(f"{item}: {key} needs a value (choices: {', '.join(choices) or 'none'})")
+            if option not in choices:
                 raise LzeBenchError(unknown_choice(key, option, choices))
+            if option in _BROKEN_OPTIONS.get(key, {}):
+                raise LzeBenchError(_BROKEN_OPTIONS[key][option])
 
 
 def _one_line(exc: Exception, name: str, overrides: list[str]) -> str:

@@ -21,6 +21,9 @@ from lze_bench.errors import LzeBenchError
 
 
 def read_predictions(path: Path) -> list[dict]:
+    if Path(path).is_dir():
+        raise LzeBenchError(f"predictions file {str(path)!r} is a directory; pass the JSONL file in it "
+                            "(one {response, gold} object a line), e.g. an eval run's predictions .jsonl")
     if not Path(path).is_file():
         raise LzeBenchError(f"predictions file {str(path)!r} does not exist")
     from lze_bench.jsonl import iter_objects

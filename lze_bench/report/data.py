@@ -75,8 +75,15 @@ def _read_config(run_dir: Path) -> dict:
     path = run_dir / CONFIG
     if not path.exists():
         return {}
-    with path.open() as handle:
-        return yaml.safe_load(handle) or {}
+    fix = "restore it (train writes it when the run starts) or move the run out of the folder being reported"
+    try:
+        with path.open() as handle:
+            cfg = yaml.safe_load(handle) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise damaged_file(path, exc, f"it is not valid YAML; {fix}") from exc
+    if not isinstance(cfg, dict):  # a YAML list or scalar: the run's settings cannot be read from it
+        raise damaged_file(path, TypeError(f"holds a {type(cfg).__name__}, not a mapping of settings"), fix)
+    return cfg
 
 
 def _label(axes: dict, selector: str) -> str:
@@ -174,6 +181,25 @@ def flop_budget(runs: list[Run]) -> float | None:
     """The FLOP budget every run was given (DONE `flop_budget`), or None when runs differ or have none."""
     budgets = {run.done.get("flop_budget") for run in runs}
     return float(budgets.pop()) if len(budgets) == 1 and None not in budgets else None
+
+
+def no_common_budget(runs: list[Run]) -> str:
+    """Why the runs have no common FLOP budget, in words: none had one (they stopped after their step counts),
+    or they were given different ones (each budget and its runs)."""
+    from lze_bench.report.formats import sci
+
+    by_budget: dict = {}
+    for run in runs:
+        by_budget.setdefault(run.done.get("flop_budget"), []).append(f"{run.label} seed {run.seed}")
+    consequence = "Table 1 is then not an equal-compute comparison."
+    if set(by_budget) == {None}:
+        return ("No common `trainer.flop_budget`: runs stopped after their step counts, so selectors that spend "
+                f"fewer FLOPs per step also got less compute; {consequence}")
+    groups = sorted(by_budget.items(), key=lambda item: (item[0] is None, item[0] or 0.0))
+    parts = [f"{sci(float(b)) + ' FLOPs' if b is not None else 'none (its step count)'}: {', '.join(sorted(names))}"
+             for b, names in groups]
+    return (f"No common `trainer.flop_budget`: the runs were given different budgets ({'; '.join(parts)}), so "
+            f"they got different compute; {consequence}")
 
 
 def after_updates(ledger: pd.DataFrame, updates: int, column: str) -> float:

@@ -13,6 +13,7 @@ from pathlib import Path
 from lze_bench.report.initial import recipe_notes, variation_note
 from lze_bench.report.predictor import predictor_note, predictor_section
 from lze_bench.report.training import training_note
+from lze_bench.report.data import no_common_budget
 from lze_bench.report.formats import sci
 from lze_bench.report.paired import heldout_standard_error
 from lze_bench.report.tables import BASELINE
@@ -35,8 +36,7 @@ def _sampling_error(report: dict) -> str:
 
 def _capped(report: dict) -> str:
     if not report["budget"]:
-        return ("No common `trainer.flop_budget`: runs stopped after their step counts, so selectors that spend "
-                "fewer FLOPs per step also got less compute; Table 1 is then not an equal-compute comparison.")
+        return no_common_budget(report["runs"])  # none had one, or they differ: report.data says which
     capped = sorted(f"{r.label} seed {r.seed}" for r in report["runs"] if r.done.get("stopped_by") == "steps")
     if not capped:
         return f"Every run stopped on the FLOP budget ({sci(report['budget'])} FLOPs), none on the step cap."

@@ -205,14 +205,39 @@ def manifest_dirs(sweep_dir: Path) -> list[Path]:
     return found
 
 
-def status_group(sweep_dir: Path) -> tuple[Group, bool]:
-    """Every table for DIR, and whether every job in them has ended."""
-    tables, ended = [], True
+def status_group(sweep_dir: Path) -> tuple[Group, bool, list[str]]:
+    """Every table for DIR; whether no job in them can progress any more (every job ended, or what has not
+    is never submitted: `stalled`); and the lines saying why a watch stops or keeps waiting."""
+    tables, ended, notes = [], True, []
     for folder in manifest_dirs(sweep_dir):
         data = current(folder)
         tables.append(jobs_table(folder, data))
-        ended = ended and all(e["status"] in FINAL for e in data["jobs"].values())
-    return Group(*tables), ended
+        stuck, note = stalled(folder, data)
+        ended = ended and stuck
+        notes += [note] if note else []
+    return Group(*tables), ended, notes
+
+
+def stalled(folder: Path, data: dict) -> tuple[bool, str | None]:
+    """(whether no job of this manifest can progress, the line that says why, or why a watch waits).
+
+    A `new` job is submitted only by the `lze-bench sweep` that holds the folder's lock (it throttles local jobs,
+    and a failed submission, e.g. `launcher=slurm` without srun, leaves every job new): with no such process the
+    job never moves, so waiting on it would never end."""
+    from lze_bench.runlock import is_held
+
+    counts = Counter(entry["status"] for entry in data["jobs"].values())
+    if counts["unknown"]:
+        return False, f"{folder}: waiting: the scheduler did not answer about {counts['unknown']} job(s) (squeue)"
+    if counts["queued"] or counts["running"]:
+        return False, None
+    if not counts["new"]:
+        return True, None
+    if is_held(folder, "sweep"):
+        return False, f"{folder}: waiting: {counts['new']} new job(s) are still to be submitted by the running sweep"
+    command = " ".join(data.get("command") or ["lze-bench", "sweep", "..."])
+    return True, (f"{folder}: {counts['new']} job(s) were never submitted and no lze-bench sweep is running for "
+                  f"this directory; nothing will change them: run the sweep again to submit them ({command})")
 
 
 def show_status(sweep_dir: Path, watch: bool = False, every_s: float = 5.0) -> None:
@@ -221,12 +246,15 @@ def show_status(sweep_dir: Path, watch: bool = False, every_s: float = 5.0) -> N
     sweep_dir = Path(sweep_dir)
     console = Console()
     if not watch:
-        console.print(status_group(sweep_dir)[0])
+        group, _, notes = status_group(sweep_dir)
+        console.print(group)
+        for note in notes:
+            console.print(note, markup=False, highlight=False, soft_wrap=True)
         return
     with Live(status_group(sweep_dir)[0], console=console, refresh_per_second=1) as live:
         while True:
-            group, ended = status_group(sweep_dir)
-            live.update(group)
+            group, ended, notes = status_group(sweep_dir)
+            live.update(Group(group, *(Text(note) for note in notes)))  # why it stops, or why it still waits
             if ended:
                 break
             time.sleep(every_s)
@@ -247,14 +275,16 @@ def print_plan(plan, sweep_dir: Path, sbatch_script: str | None = None, then: st
     pair_index = pair_labels(job.pair_key for job in plan.jobs)
     for job in plan.jobs:
         axes = " ".join(f"{k}={v}" for k, v in job.axes.items())
-        now = "done (skip)" if (job.run_dir / "DONE").exists() else old.get(job.name, {}).get("status", "new")
+        now = planned_status(job, old.get(job.name))
         table.add_row(job.name, axes, str(job.run_dir.relative_to(plan.sweep_dir)), job.config_hash, f"P{pair_index[job.pair_key]}", now)
     console.print(table)
+    changed = [job.name for job in plan.jobs if config_changed(job, old.get(job.name))]
     grid_values = {f"{k}={v}" for j in plan.jobs for k, v in j.axes.items()}
-    common = set.intersection(*(set(job.overrides) for job in plan.jobs)) - grid_values if plan.jobs else set()
+    in_effect = {job.name: effective(job.overrides) for job in plan.jobs}
+    common = set.intersection(*(set(in_effect[job.name]) for job in plan.jobs)) - grid_values if plan.jobs else set()
     console.print(f"every job: {' '.join(sorted(common)) or '(defaults)'}", highlight=False)
     for selector in sorted({job.selector for job in plan.jobs}):
-        extra = sorted({o for job in plan.jobs if job.selector == selector for o in job.overrides}
+        extra = sorted({o for job in plan.jobs if job.selector == selector for o in in_effect[job.name]}
                        - common - grid_values)
         if extra:
             console.print(f"{selector} jobs also: {' '.join(extra)}", highlight=False)
@@ -273,6 +303,31 @@ def print_plan(plan, sweep_dir: Path, sbatch_script: str | None = None, then: st
     if sbatch_script is not None:
         console.print("sbatch script submitit would submit:", highlight=False)
         console.print(sbatch_script, markup=False, highlight=False, soft_wrap=True)
+    if changed:  # the real run refuses before submitting anything (manifest.merge_plan): say so, and exit as it would
+        raise LzeBenchError(
+            f"the real run would refuse: {len(changed)} job(s) in {plan.sweep_dir} were run with another config "
+            f"({', '.join(changed)}); pass a new sweep_dir=PATH, or delete their run dirs and manifest entries")
+
+
+def effective(overrides: list[str]) -> list[str]:
+    """The overrides that take effect: of several for one key (a recipe's `trainer.steps=2`, then the command
+    line's `trainer.steps=4`) only the last, which Hydra applies over the others."""
+    last = {str(item).partition("=")[0].lstrip("+~"): str(item) for item in overrides}
+    return list(last.values())
+
+
+def config_changed(job, entry: dict | None) -> bool:
+    """Whether the manifest has this job under another config hash (the real run refuses it: merge_plan)."""
+    return entry is not None and job.config_hash is not None and entry.get("config_hash") != job.config_hash
+
+
+def planned_status(job, entry: dict | None) -> str:
+    """What the real run will do with the job: refuse it (config changed), skip it (done) or (re)submit it."""
+    if config_changed(job, entry):
+        return f"config changed (was {entry.get('config_hash')}): refused"
+    if (job.run_dir / "DONE").exists():
+        return "done (skip)"
+    return (entry or {}).get("status", "new")
 
 
 def compute_plans(plan) -> dict[str, list[str]]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 
 from lze_bench import state_file
-from lze_bench.errors import LzeBenchError, damaged_file
+from lze_bench.errors import LzeBenchError, damaged_file, disk_full, is_disk_full
 from lze_bench.rollout_store import RolloutStore
 from lze_bench.rundir import checkpoint_dir, mark_checkpoint_complete, selector_state_path
 from lze_bench.selectors import load_state, save_state
@@ -37,13 +37,27 @@ def save_checkpoint(run_dir: Path, updates: int, model, tokenizer, optimizer, se
     target = checkpoint_dir(run_dir, updates)
     if target.exists():  # an incomplete leftover of a killed run
         shutil.rmtree(target)
-    save_policy(model, tokenizer, target)
-    state_file.save({"optimizer": optimizer.state_dict(), **trainer_state}, target / TRAINER_STATE)
-    state_file.save({"capacity": store.capacity, "groups": list(store.groups.values())}, target / ROLLOUT_STORE)
-    state_path = selector_state_path(run_dir, updates)
-    state_path.parent.mkdir(parents=True, exist_ok=True)
-    save_state(state_path, selector.state_dict())
-    mark_checkpoint_complete(target)
+    writing = target
+    try:
+        save_policy(model, tokenizer, target)
+        writing = target / TRAINER_STATE
+        state_file.save({"optimizer": optimizer.state_dict(), **trainer_state}, writing)
+        writing = target / ROLLOUT_STORE
+        state_file.save({"capacity": store.capacity, "groups": list(store.groups.values())}, writing)
+        writing = state_path = selector_state_path(run_dir, updates)
+        state_path.parent.mkdir(parents=True, exist_ok=True)
+        save_state(state_path, selector.state_dict())
+        mark_checkpoint_complete(target)
+    except Exception as exc:
+        if not is_disk_full(exc):
+            raise
+        # the checkpoint has no COMPLETE marker, so a resume ignores it; removing it gives back its space
+        shutil.rmtree(target, ignore_errors=True)
+        if isinstance(exc, LzeBenchError):  # state_file.save named its file already
+            raise
+        raise disk_full(writing, exc, f"checkpoint {target.name} was removed unfinished; free space under "
+                        f"{run_dir} and run the same command again (it resumes from the last complete "
+                        "checkpoint)") from exc
     return target
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from pathlib import Path
 
@@ -47,7 +48,7 @@ from lze_bench.budget import checkpoint_due, crossed, stop_reason
 from lze_bench.errors import LzeBenchError, damaged_file
 from lze_bench.ledger import run_file_fix, step_flops
 from lze_bench.rundir import (CONFIG, atomic_write_text, clear_progress, config_hash, default_run_dir, git_commit,
-                              latest_checkpoint, mark_done, refuse_finished, write_progress)
+                              latest_checkpoint, list_checkpoints, mark_done, refuse_finished, write_progress)
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,7 @@ def train(cfg) -> Path:
         from lze_bench.hub import hub_model_path
 
         hub_model_path(objects.model.path)  # before torch loads: a hub id that cannot load fails at once
+    fresh = not run_dir.exists() or not any(run_dir.iterdir())
     with hold_run_dir(run_dir, "train"):  # one process per run directory (runlock.py)
         refuse_finished(run_dir)  # again, under the lock: a run that just finished is not started again
         from lze_bench.backends.local.model import setup_torch
@@ -139,10 +141,33 @@ def train(cfg) -> Path:
         setup_torch(objects.backend.threads)
         from lze_bench.grading import Grader
 
-        with Grader(timeout_s=5.0, workers=objects.backend.grade_workers) as grader:
-            session = _Session(objects, config_dict(cfg), run_dir, grader)
-            session.run()
+        try:
+            with Grader(timeout_s=5.0, workers=objects.backend.grade_workers) as grader:
+                session = _Session(objects, config_dict(cfg), run_dir, grader)
+                session.run()
+        except BaseException:
+            if fresh:
+                _forget_unstarted(run_dir)
+            raise
     return run_dir
+
+
+def _forget_unstarted(run_dir: Path) -> None:
+    """A new run that failed before its first step leaves nothing behind: its config.yaml would make the
+    corrected command (same run_dir=, other overrides) refuse the directory as "a different config"."""
+    from lze_bench.ledger import LEDGER_FILE
+    from lze_bench.runlock import lock_path
+
+    if (run_dir / LEDGER_FILE).exists() or list_checkpoints(run_dir):
+        return  # something trained: keep it, a rerun resumes it
+    locks = {lock_path(run_dir, "train").name, lock_path(run_dir, "train").name + ".holder"}
+    for child in run_dir.iterdir():  # the folder was empty before: all of this is the failed setup's
+        if child.name in locks:
+            continue
+        if child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
 
 
 def _is_shipped(directory: Path) -> bool:
@@ -304,6 +329,7 @@ class _Session:
             pending = state.get("pending", [])  # groups a selector held for the next step (SPEED)
             features.embeddings_charged = bool(state.get("embeddings_charged", False))
             log.info("resuming %s from checkpoint step_%06d", self.run_dir, self.updates)
+        self.rollouts.check_readable(self.updates - 1)  # before anything is cut back or trained
         self.ledger.truncate_after(self.updates - 1)
         self.rollouts.truncate_after(self.updates - 1)
         self.heldout = _read_heldout(self.run_dir, self.updates)
