@@ -312,12 +312,14 @@ def _resolve(flag: str, known) -> list[str]:
     return [flag] if flag in known else sorted(k for k in known if k.startswith(flag))
 
 
+def _flags(extra: list[str]) -> list[str]:
+    """The flag names in `extra` (`--name=value` and `--name value` alike)."""
+    return [token.split("=", 1)[0] for token in extra if token.startswith("--")]
+
+
 def _check_plan_flags(extra: list[str]) -> None:
     """Refuse a flag that would change the launch plan, naming the key that sets it (by destination, as below)."""
-    for token in extra:
-        if not token.startswith("--"):
-            continue
-        flag = token.split("=", 1)[0]
+    for flag in _flags(extra):
         planned = _resolve(flag, PLAN_KEYS)
         if planned:
             raise LzeBenchError(f"backend.extra_args: {_named(flag, planned)} changes the launch plan; "
@@ -327,10 +329,7 @@ def _check_plan_flags(extra: list[str]) -> None:
 def _check_extra_args(extra: list[str], ours: set[str]) -> None:
     """Refuse by destination: `--train.async_e` is `--train.async_enable` to OpenRLHF's argparse."""
     _check_plan_flags(extra)
-    for token in extra:
-        if not token.startswith("--"):
-            continue
-        flag = token.split("=", 1)[0]
+    for flag in _flags(extra):
         refused = _resolve(flag, REFUSED)
         if refused:
             raise LzeBenchError(
