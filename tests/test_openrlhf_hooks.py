@@ -368,6 +368,7 @@ def _trainer(group):
     trainer = object.__new__(LzePPOTrainer)
     trainer.args = SimpleNamespace(ds=SimpleNamespace(enable_sleep=True, ring_attn_size=1, tensor_parallel_size=1))
     trainer.actor_model_group = group
+    trainer.lze = SimpleNamespace(plan=SimpleNamespace(ring_attn_size=1, ds_tensor_parallel_size=1))  # RunContext
     return trainer
 
 
