@@ -52,6 +52,16 @@ def test_dry_run_names_the_run_directory_after_the_plugin(plugin_env):
     assert "# run directory: runs/band-local-" in out
 
 
+def test_help_names_plugins_and_completion_offers_a_plugins_keys(plugin_env):
+    from lze_bench.config.help import complete_override
+
+    plugin_env.module("band", BAND)
+    out = ok(runner.invoke(app, ["train", "selector=band:BandSelector", "--help"], env={"COLUMNS": "200"}))
+    assert "selector=MODULE:CLASS (a plug-in)" in out
+    offered = complete_override("train", ["selector=band:BandSelector"], "selector.")
+    assert {"selector.low=", "selector.high=", "selector.decay="} <= set(offered)
+
+
 @pytest.mark.parametrize("override, words", [
     ("selector.lo=0.3", "unknown config key 'selector.lo'; did you mean 'selector.low'?"),
     ("selector.low=3", "selector.low: need 0 <= low <= high <= 1"),

@@ -267,6 +267,18 @@ def test_cli_status_mistakes_exit_2_with_one_line(tmp_path, args, needle):
     assert len(lines) == 1 and needle in lines[0] and "sweep status --help" in lines[0], lines
 
 
+@pytest.mark.parametrize("damage, needle", [
+    (b'{"version": 1, "jobs": \xff}', "is not UTF-8 text (byte 23)"), (b"[1, 2]", "is not a lze-bench sweep manifest"),
+    (b'{"jobs": [', "is not valid JSON"),
+])
+def test_a_damaged_manifest_is_one_line_naming_it(tmp_path, damage, needle):
+    (tmp_path / "manifest.json").write_bytes(damage)
+    result = runner.invoke(app, ["sweep", "status", str(tmp_path)])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert str(tmp_path / "manifest.json") in lines[0] and needle in lines[0], lines[0]
+
+
 def test_cli_status_is_a_subcommand_and_overrides_still_sweep(tmp_path):
     """`sweep status` takes its options anywhere; `sweep KEY=VALUE... --dry-run` still plans a sweep."""
     plan = plan_jobs(SweepSpec(), ["seed=0,1", "trainer.steps=2"], tmp_path, name="t")

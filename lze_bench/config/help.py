@@ -16,7 +16,7 @@ from lze_bench.config import CONFIGS, compose, group_options, register_all
 
 # how each group is chosen, said once for --help
 GROUP_NOTES = {
-    "selector": "see `lze-bench selectors` for each one's defaults",
+    "selector": "or selector=MODULE:CLASS (a plug-in); see `lze-bench selectors` for each one's defaults",
     "model": "or model=PATH_OR_HF_ID",
     "eval": "a suite from evals/, or eval=PATH.yaml",
     "sweep": "a recipe from sweeps/, or sweep=PATH.yaml",

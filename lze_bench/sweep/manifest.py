@@ -55,10 +55,13 @@ def load_manifest(sweep_dir: str | os.PathLike) -> dict | None:
     if not path.exists():
         return None
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise LzeBenchError(f"{path} is not UTF-8 text (byte {exc.start}); it was not written by lze-bench sweep: "
+                            "restore it, or plan the sweep again in another directory") from exc
     except json.JSONDecodeError as exc:
         raise LzeBenchError(f"{path} is not valid JSON ({exc}); it was not written by lze-bench sweep") from exc
-    if data.get("version") != VERSION or "jobs" not in data:
+    if not isinstance(data, dict) or data.get("version") != VERSION or "jobs" not in data:
         raise LzeBenchError(f"{path} is not a lze-bench sweep manifest (version {VERSION})")
     return data
 
