@@ -290,18 +290,26 @@ def test_speed_trains_what_the_authors_loop_trains(n_init, n_cont, n_gpus, gen, 
         assert idle > 0  # a step that started with B complete groups generated nothing
 
 
-@pytest.mark.parametrize("cap", [1, 2, 3])
+@pytest.mark.parametrize("cap", [2, 3, 4])
 def test_speed_at_its_call_cap_trains_the_complete_groups_it_has(cap):
-    """max_num_gen_batches calls without B complete groups: the step trains what is complete, flagged partial."""
+    """max_num_gen_batches - 1 calls without B complete groups (the authors raise before the max-th call): the
+    step trains what is complete, flagged partial."""
     config = SELECTORS["speed"].Config(n_init=2, n_continue=2, gen_batch_size=4, max_num_gen_batches=cap)
     selector = build_selector(config, num_prompts=3000, batch_size=8)
     (rounds, trained, selection), = run_steps(selector, Streams(2), steps=1, batch=8, n=8, num_prompts=3000)
-    assert selection.gen_rounds == cap and selection.partial
+    assert selection.gen_rounds == cap - 1 and selection.partial
     complete = [g for g in selection.rounds[-1].groups if len(g.indices) == 4]
     assert sorted(trained) == sorted(g.prompt_id for g in complete)
     assert all(len(pool) == 4 for pool, _ in trained.values())
-    if cap > 1:
+    if cap > 2:
         assert trained  # survivors of the first call completed in the second
+
+
+def test_speed_refuses_a_call_cap_that_allows_no_call():
+    from lze_bench.errors import LzeBenchError
+
+    with pytest.raises(LzeBenchError, match="selector.max_num_gen_batches: must be >= 2"):
+        SELECTORS["speed"].Config(max_num_gen_batches=1)
 
 
 def test_speed_screens_out_groups_whose_first_rollouts_agree():
@@ -326,3 +334,28 @@ def test_update_decision_refuses_extensions_it_cannot_carry_out():
     for extend in ([2, 0], [-1, 3, 0], [0, 0, 1]):  # wrong size, a negative count, more for a kept group
         with pytest.raises(ValueError, match="extend must be int"):
             UpdateDecision(keep=keep, hold=hold, extend=np.array(extend))
+
+
+@pytest.mark.parametrize("backend", ["local", "openrlhf"])
+def test_reinforce_ada_with_fewer_backend_rounds_than_its_own_is_refused_in_one_line(tmp_path, backend):
+    """The authors finish each prompt within its step: a backend cap below selector.max_rounds would carry
+    unfinished prompts into the next step (which then trains more than B groups): refused before any work."""
+    from pathlib import Path
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from lze_bench.cli import app
+    from tiny_run import TINY_TRAIN
+
+    common = ["selector=reinforce_ada", "selector.max_rounds=3", "backend.max_gen_rounds=2", f"run_dir={tmp_path / 'r'}"]
+    if backend == "local":
+        args = ["train", *TINY_TRAIN, f"backend.cache_dir={tmp_path / 'cache'}", *common]
+    else:
+        spec = yaml.safe_load((Path(__file__).parent.parent / "sweeps" / "qwen25_math_1p5b.yaml").read_text())
+        args = ["train", *spec["overrides"], *common, "--dry-run"]
+    result = CliRunner().invoke(app, args)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "backend.max_gen_rounds" in lines[0] and "selector.max_rounds=3" in lines[0], lines[0]
+    assert not (tmp_path / "r" / "ledger.parquet").exists()

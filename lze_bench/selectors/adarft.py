@@ -27,14 +27,20 @@ FLOPs its rollouts cost is charged as offline compute.
 
 Choices where our interface differs (ours):
 * ties in `|d_i - T|` (every prompt of a level ties) go by a fixed random rank of the prompts, drawn
-  once from the first step's rng and kept in the state: the authors' `np.argsort` (not stable) also
-  breaks them in a fixed order that is neither the data order nor the id order, so each seed gets its
-  own fixed tie order and the same B prompts recur while T stays put, as in the original;
+  once from the first step's rng and kept in the state. The authors' `np.argsort` is not stable: which
+  prompts of a partly taken level it picks depends on the whole array it sorts, so it changes with T
+  even when the level's own distances tie. Ours picks the same tied prompts whenever T leaves their
+  level partly taken; so the two agree on which levels a batch draws from, not on the prompts within
+  the level that is cut;
 * the authors run PPO with a critic and n = 1; here GRPO with the harness's n (the mean over n
   rollouts is the same estimate of the batch reward, with less noise);
-* the authors' verl dataloader prefetches batches from the sampler (8 workers), so their target may
-  act some steps late (inference, from reading the loader set-up); here the target updated after step
-  t chooses step t + 1's batch;
+* the authors' verl dataloader draws batches from the sampler through 8 worker processes that
+  prefetch 2 batches each, so a batch is chosen with the target of 16 steps before, and the workers
+  restart, taking the target of that moment, at every epoch: at their script's sizes an epoch is
+  shorter than that lag, so every batch of an epoch is chosen with the epoch-start target. Here the
+  target updated after step t chooses step t + 1's batch (what the paper describes); a comparison with
+  the authors' runs should expect their curriculum to move in epoch-sized jumps where ours moves every
+  step;
 * candidates restricted to fewer than all N ids (a replayed log) are chosen from the same way.
 """
 

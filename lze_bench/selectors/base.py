@@ -383,6 +383,13 @@ class Selector:
         return None
 
     @classmethod
+    def check_run(cls, config, *, max_gen_rounds: int) -> None:
+        """Refuse, in one line naming the key, a run setting this selector cannot honour; both backends call it
+        before any work. `max_gen_rounds`: the backend's cap on generation rounds in one step
+        (`backend.max_gen_rounds`). Nothing to refuse by default."""
+        return None
+
+    @classmethod
     def metadata_columns(cls, config) -> tuple[str, ...]:
         """The fixed per-prompt columns (lze_bench.metadata) this selector reads at construction; () for none.
 

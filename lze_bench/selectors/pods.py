@@ -2,9 +2,14 @@
 
 Source: Xu, Savani, Fang, Kolter, "Not All Rollouts are Useful: Down-Sampling
 Rollouts in LLM Reinforcement Learning" (arXiv 2504.13818, TMLR 2026); code
-`YixuanEvenXu/pods` @ 187f43b6: `trainer/maxvargrpo_trainer.py:515-533` (single
-GPU) and `open-r1/src/open_r1/grpo_trainer.py:1103-1135` (multi-GPU, the same
-loop vectorised over prompts). Rules, defaults and departures: selectors.md §14.
+`YixuanEvenXu/pods` @ 187f43b6: `trainer/maxvargrpo_trainer.py:515-533` (the
+single-GPU trainer: the rule below). The multi-GPU trainer,
+`open-r1/src/open_r1/grpo_trainer.py:1103-1135`, is not the same rule vectorised:
+there `indices` is a view of `sorted_indices` that the loop overwrites while it
+still reads it, so in about a third of the groups it keeps a lower-variance
+subset than the rule it means. We run the single-GPU trainer's rule, which is the
+paper's; copying the overwrite would reproduce a bug, not a method. Rules,
+defaults and departures: selectors.md §14.
 
 Rule, per group of n rewards:
 - sort the rewards in descending order;

@@ -75,6 +75,15 @@ class ReinforceAdaConfig:
                 f"must be >= 1 or null, got {self.round_repeat}")
 
 
+def _check_rounds(config, max_gen_rounds: int) -> None:
+    """The authors finish every prompt within its step (at most `max_rounds` rounds): a backend cap below that
+    would carry unfinished prompts into the next step, which would then train more than B groups, some
+    generated a step earlier."""
+    require(int(max_gen_rounds) >= int(config.max_rounds), "backend.max_gen_rounds",
+            f"{max_gen_rounds} rounds a step cannot finish Reinforce-Ada's selector.max_rounds={config.max_rounds}; "
+            "set backend.max_gen_rounds >= selector.max_rounds, or lower selector.max_rounds")
+
+
 def kept_counts(pos: np.ndarray, neg: np.ndarray, n: int, finished: np.ndarray) -> tuple:
     """int[G] positives and int[G] negatives each group keeps: the authors' two branches, reduced.
 
@@ -93,6 +102,10 @@ def kept_counts(pos: np.ndarray, neg: np.ndarray, n: int, finished: np.ndarray) 
 
 class ReinforceAdaSelector(StatelessSelector):
     """Reinforce-Ada: rounds of `round_repeat` rollouts per active prompt, a balanced n kept per prompt."""
+
+    @classmethod
+    def check_run(cls, config, *, max_gen_rounds: int) -> None:
+        _check_rounds(config, max_gen_rounds)
 
     Config = ReinforceAdaConfig
     name = "reinforce_ada"

@@ -31,14 +31,19 @@ The only state is the number of complete groups held (`ready`), which decides
 whether a step's first call screens new prompts.
 
 Choices and departures (ours):
-- a step that does not fill B complete groups within `max_num_gen_batches`
-  calls trains the complete groups it has, flagged partial; the authors raise
-  an error. When the backend's own cap (`backend.max_gen_rounds`) comes first,
+- the call cap: the authors' `data_controller.py` raises before it would make
+  the `max_num_gen_batches`-th call, so a step makes at most
+  `max_num_gen_batches - 1` calls; so does ours. A step that has not filled B
+  complete groups by then trains the complete groups it has, flagged partial
+  (the authors stop the run with an error there). When the backend's own cap
+  (`backend.max_gen_rounds`) comes first,
   the step trains nothing, is flagged partial, and every held group carries
   over to the next step (nothing generated is lost);
 - the authors' loop draws a dataloader batch on every iteration, also on a
   training iteration, where it is not used: those prompts are skipped for the
-  epoch. Here no candidate is drawn for a call that is not made;
+  epoch. Here too, today: a step that starts with B complete groups makes no
+  call, yet its first round has taken the step's candidates from the data
+  order, and `select_rollout` declines them (selectors.md §16);
 - a carried-over rollout trains as the authors' trainer trains it: verl
   recomputes the old log-probs with the current policy, so the PPO ratio is
   taken against the current policy with no correction for the generating one;
@@ -74,7 +79,9 @@ class SpeedConfig:
         require(self.gen_batch_size is None or self.gen_batch_size >= 1, "selector.gen_batch_size",
                 f"must be >= 1 or null, got {self.gen_batch_size}")
         require(self.n_gpus >= 1, "selector.n_gpus", f"must be >= 1, got {self.n_gpus}")
-        require(self.max_num_gen_batches >= 1, "selector.max_num_gen_batches", "must be >= 1")
+        require(self.max_num_gen_batches >= 2, "selector.max_num_gen_batches",
+                f"must be >= 2 (a step makes at most max_num_gen_batches - 1 calls, as the authors' "
+                f"data_controller.py), got {self.max_num_gen_batches}")
 
 
 class SpeedSelector(Selector):
@@ -123,7 +130,7 @@ class SpeedSelector(Selector):
         survivor = screened & ~batch.zero_variance
         # the first `target` complete groups in arrival order
         enough = int(np.count_nonzero(complete)) >= target
-        capped = calls >= cfg.max_num_gen_batches
+        capped = calls >= cfg.max_num_gen_batches - 1  # the authors raise before the max-th call
         keep = (keep_first_informative(complete, target) if (enough or capped)
                 else np.zeros(batch.num_groups, dtype=bool))
         hold = (complete & ~keep) | survivor

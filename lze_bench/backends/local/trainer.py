@@ -129,6 +129,10 @@ def train(cfg) -> Path:
     from lze_bench.tracking import preflight
 
     preflight(objects.logger)  # a missing package or W&B key fails before the warm start
+    from lze_bench.plugins import selector_class
+
+    # a backend setting the selector cannot honour fails before the warm start too
+    selector_class(objects.selector).check_run(objects.selector, max_gen_rounds=objects.backend.max_gen_rounds)
     if objects.model.path:
         from lze_bench.hub import hub_model_path
 

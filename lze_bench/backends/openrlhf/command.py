@@ -300,7 +300,7 @@ def _check_selector(cfg) -> None:
     name = cfg.selector.name
     if name not in SELECTORS and not cfg.selector.get("plugin"):
         raise LzeBenchError(f"selector={name} is not registered; see `lze-bench selectors`")
-    selector_class(cfg.selector)
+    selector_class(cfg.selector).check_run(cfg.selector, max_gen_rounds=int(cfg.backend.max_gen_rounds))
     worker_pythonpath(cfg.selector, env.value(env.PYTHONPATH))  # a plug-in the Ray workers cannot import: one line
     from lze_bench.backends.openrlhf.head import check_head
 
