@@ -182,3 +182,26 @@ def test_selectors_lists_a_plugin_given_as_an_import_path(plugin_env):
     row = next(line for line in out.splitlines() if line.startswith("│ band "))
     assert "module band (import path)" in row and "low=0.2, high=0.8, decay=0.5" in row and "plugin" not in row
     assert "not a selector" in one_error_line(runner.invoke(app, ["selectors", "band:BandConfig"]))
+
+
+def test_the_example_package_installs_with_pip_lists_and_passes_the_check(tmp_path):
+    """`pip install` of examples/band_selector (its own pyproject.toml and entry point) into a folder of its own;
+    a fresh lze-bench process then lists `band` from its distribution and `check selector band` passes."""
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(REPO / "examples" / "band_selector")], check=True,
+                   capture_output=True, cwd=tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(target), "COLUMNS": "200"}
+
+    def lze_bench(*args):
+        return subprocess.run([sys.executable, "-m", "lze_bench.cli", *args], capture_output=True, text=True,
+                              cwd=tmp_path, env=env, timeout=600)
+
+    listed = lze_bench("selectors")
+    assert listed.returncode == 0, listed.stderr
+    row = next(line for line in listed.stdout.splitlines() if line.startswith("│ band "))
+    assert "band-selector" in listed.stdout and "module band_selector" in row
+    checked = lze_bench("check", "selector", "band", "--skip-large")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    verdicts = [line.split()[0] for line in checked.stdout.splitlines()[1:] if line.strip()]
+    assert "PASS deterministic:" in checked.stdout and set(verdicts) <= {"PASS", "INFO"}, checked.stdout
