@@ -176,6 +176,15 @@ def test_a_sweep_names_the_plugins_jobs_after_it_and_pairs_them_with_builtins(pl
     assert "P0 (paired: same data order and warm start): uniform, band" in out
 
 
+def test_the_quickstart_recipe_takes_one_more_selector_by_override(plugin_env):
+    """The recipe's 13 selectors plus a plug-in, by the command line's selector list: 14 jobs a seed, paired."""
+    plugin_env.module("band", BAND)
+    grid = yaml.safe_load((REPO / "sweeps" / "quickstart.yaml").read_text())["grid"]["selector"]
+    out = ok(runner.invoke(app, ["sweep", "sweep=quickstart", f"selector={','.join(grid)},band:BandSelector", "seed=0",
+                                 "--dry-run"], env={"COLUMNS": "400"}))
+    assert "runs/band " in out and f"P0 (paired: same data order and warm start): {', '.join(grid)}, band" in out
+
+
 def test_selectors_lists_a_plugin_given_as_an_import_path(plugin_env):
     plugin_env.module("band", BAND)
     out = ok(runner.invoke(app, ["selectors", "band:BandSelector"], env={"COLUMNS": "400"}))
