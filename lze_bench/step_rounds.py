@@ -197,7 +197,8 @@ def run_selection(selector, order, *, seed: int, step: int, batch_size: int, can
     stream = _Stream(selector, order, seed, step, begun_epoch, clock)
     _probe(selector, seed, step, rollout, clock, selection)
     count, budget, round_index = first_count, int(selector.rollout_budget(int(batch_size))), 0
-    held, want_fresh = list(pending or []), True
+    # a selector with enough carried-over work takes no candidates: none leaves the pass unoffered
+    held, want_fresh = list(pending or []), bool(selector.takes_candidates(int(step)))
     while True:
         selection.gen_rounds = round_index + 1
         ids = np.zeros(0, dtype=np.int64)

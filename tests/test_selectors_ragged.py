@@ -290,6 +290,20 @@ def test_speed_trains_what_the_authors_loop_trains(n_init, n_cont, n_gpus, gen, 
         assert idle > 0  # a step that started with B complete groups generated nothing
 
 
+def test_speed_with_a_full_queue_takes_no_candidates_and_offers_every_prompt_of_the_pass():
+    """Steps that start with B complete groups make no call: the data order's prompts wait for the next call,
+    so the pass's first 160 fresh prompts are all 160 (160 = 10 calls of 16, no short remainder dropped)."""
+    config = SELECTORS["speed"].Config(n_init=4, n_continue=20)  # gen_batch_size null = 4 B = 16
+    selector = build_selector(config, num_prompts=160, batch_size=4)
+    steps = run_steps(selector, Streams(2), steps=40, batch=4, n=8, num_prompts=160)
+    fresh = [pid for rounds, _, _ in steps for ids in rounds for pid in ids]
+    idle = sum(not any(rounds) for rounds, _, _ in steps)
+    assert idle > 0 and len(fresh) >= 160  # the queue was full at some steps; a whole pass was offered
+    assert sorted(fresh[:160]) == list(range(160))
+    considered = [selection.considered for _, _, selection in steps]
+    assert all(c == 0 for c, (rounds, _, _) in zip(considered, steps) if not any(rounds))
+
+
 @pytest.mark.parametrize("cap", [2, 3, 4])
 def test_speed_at_its_call_cap_trains_the_complete_groups_it_has(cap):
     """max_num_gen_batches - 1 calls without B complete groups (the authors raise before the max-th call): the

@@ -346,6 +346,12 @@ class Selector:
         """
         return int(budget)
 
+    def takes_candidates(self, step: int) -> bool:
+        """Whether the step's first round takes fresh candidates from the data order at all. A selector that can
+        start a step with enough work carried over (SPEED's complete groups) says no then: candidates taken for a
+        call that is not made would leave the pass without ever being offered. Always, by default."""
+        return True
+
     def round_candidates(self, more: int) -> int:
         """How many candidates the backend offers in a round r >= 1 whose budget is `more`.
 

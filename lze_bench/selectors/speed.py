@@ -41,9 +41,8 @@ Choices and departures (ours):
   over to the next step (nothing generated is lost);
 - the authors' loop draws a dataloader batch on every iteration, also on a
   training iteration, where it is not used: those prompts are skipped for the
-  epoch. Here too, today: a step that starts with B complete groups makes no
-  call, yet its first round has taken the step's candidates from the data
-  order, and `select_rollout` declines them (selectors.md §16);
+  epoch. Here a step that starts with B complete groups carried over takes no
+  candidates (`takes_candidates`), so every prompt of a pass is offered;
 - a carried-over rollout trains as the authors' trainer trains it: verl
   recomputes the old log-probs with the current policy, so the PPO ratio is
   taken against the current policy with no correction for the generating one;
@@ -113,10 +112,14 @@ class SpeedSelector(Selector):
     def rollout_budget(self, budget: int) -> int:
         return self.gen_batch_size(budget)
 
+    def takes_candidates(self, step: int) -> bool:
+        """No fresh prompts for a step that starts with B complete groups carried over: it makes no call."""
+        return self._in_step(step) or self.batch_size is None or self.ready < self.batch_size
+
     def select_rollout(self, candidate_ids, budget, step, rng, features=None):
         target = self.batch_size or budget
         if not self._in_step(step) and self.ready >= target:
-            return candidate_ids[:0]  # enough complete groups carried over: this step generates nothing
+            return candidate_ids[:0]  # enough complete groups carried over (a replay offers its logged rows)
         return candidate_ids[:budget]
 
     def select_update(self, batch, step, rng):
