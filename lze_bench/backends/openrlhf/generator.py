@@ -39,7 +39,7 @@ the seed set. A selector that asks for a number of rollouts per prompt
 rounds) gets `counts[i]` such requests for prompt i, sample indices 0..counts[i]-1;
 a prompt extended twice in one step is extended in different rounds, and the
 round is part of the seed, so no two requests of a run share one. What this
-guarantees where: README, "Reproducible rollouts".
+guarantees where: docs/cluster.md, "Reproducible rollouts".
 """
 
 from __future__ import annotations
