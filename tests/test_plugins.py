@@ -196,10 +196,12 @@ def test_selectors_lists_a_plugin_given_as_an_import_path(plugin_env):
 def test_the_example_package_installs_with_pip_lists_and_passes_the_check(tmp_path):
     """`pip install` of examples/band_selector (its own pyproject.toml and entry point) into a folder of its own;
     a fresh lze-bench process then lists `band` from its distribution and `check selector band` passes."""
-    target = tmp_path / "site"
+    import shutil
+
+    source, target = tmp_path / "band_selector", tmp_path / "site"
+    shutil.copytree(REPO / "examples" / "band_selector", source)  # setuptools builds beside the sources
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(REPO / "examples" / "band_selector")], check=True,
-                   capture_output=True, cwd=tmp_path)
+                    "--target", str(target), str(source)], check=True, capture_output=True, cwd=tmp_path)
     env = {**os.environ, "PYTHONPATH": str(target), "COLUMNS": "200"}
 
     def lze_bench(*args):
