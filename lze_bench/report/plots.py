@@ -215,7 +215,8 @@ def flops_by_phase(summary: pd.DataFrame, out_dir: Path) -> Figure:
         values = means[column].to_numpy(float) / 10.0**power
         ax.bar(labels, values, bottom=bottom, color=color, label=name, width=0.7)
         bottom += values
-    ax.set_ylabel(f"training compute ($10^{{{power}}}$ FLOPs)")
+    ax.set_ylabel(f"$10^{{{power}}}$ FLOPs")  # short: the panel is low, a longer label ran off the figure
+    ax.set_ylim(0, 1.05 * float(bottom.max()))  # headroom: the tallest bar stays inside the frame
     ax.tick_params(axis="x", rotation=30)
     ax.grid(axis="x", visible=False)
     legend_below(fig, ax)
