@@ -250,6 +250,10 @@ def test_report_files(runs_root, tmp_path):
     text = (out / "report.md").read_text()
     assert "![flops_by_phase](flops_by_phase.png)" in text and "lze seed 0, lze seed 1" in text
     assert "100 problems" in text and "5.0 points" in text  # sqrt(0.55 * 0.45 / 100)
+    from lze_bench import __version__
+
+    # the provenance line: a folder of runs (no manifest), the version, and these configs record no machine
+    assert f"A folder of runs; lze-bench {__version__}; computed on machine not recorded." in text
     # configs without the trainer keys ran GRPO's estimator on binary rewards
     assert ("Training signal, every run: advantages `trainer.advantage_estimator=grpo`, (r − mean) / (std + ε) "
             "over each prompt's rollouts (GRPO); rewards `trainer.reward_shape=binary`, 1 correct, 0 otherwise.") in text

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from lze_bench.report.initial import recipe_notes, variation_note
+from lze_bench.report.initial import provenance_line, recipe_notes, variation_note
 from lze_bench.report.predictor import predictor_note, predictor_section
 from lze_bench.report.training import training_note
 from lze_bench.report.data import no_common_budget
@@ -152,6 +152,8 @@ def report_md(name: str, sweep_dir: Path, report: dict, texts: dict, figures: li
         f"(seeds {', '.join(map(str, seeds))}). Accuracy `heldout` is the synthetic held-out set evaluated "
         "during training; other benchmarks come from `lze-bench eval`. Runs of one seed are paired (same data "
         "order, same warm start), so each selector is compared with uniform GRPO seed by seed.",
+        "",
+        provenance_line(sweep_dir, report["runs"]),
         "",
         *summary_lines,
         *([note, ""] if (note := variation_note(report["runs"])) else []),

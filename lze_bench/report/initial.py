@@ -120,6 +120,20 @@ def _finite(value) -> bool:
         return False
 
 
+def provenance_line(sweep_dir, runs) -> str:
+    """One line: the sweep recipe (its manifest's name), lze-bench's version and the machines the runs computed on."""
+    from lze_bench import __version__
+    from lze_bench.errors import LzeBenchError
+    from lze_bench.sweep.manifest import load_manifest
+
+    try:
+        recipe = (load_manifest(sweep_dir) or {}).get("name")
+    except LzeBenchError:  # a damaged manifest is `lze-bench sweep status`'s to report
+        recipe = None
+    where = "; ".join(machines(runs)) or "machine not recorded"
+    return (f"Recipe `{recipe}`" if recipe else "A folder of runs") + f"; lze-bench {__version__}; computed on {where}."
+
+
 def recipe_notes(sweep_dir) -> list[str]:
     """report.md's "Notes from the recipe": the sweep recipe's `notes` as its manifest kept them."""
     from lze_bench.errors import LzeBenchError
