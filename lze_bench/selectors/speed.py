@@ -112,14 +112,17 @@ class SpeedSelector(Selector):
     def rollout_budget(self, budget: int) -> int:
         return self.gen_batch_size(budget)
 
+    def _starts_full(self, step: int, target: int) -> bool:
+        """A step's first call finds `target` complete groups carried over: the step makes no call."""
+        return not self._in_step(step) and self.ready >= target
+
     def takes_candidates(self, step: int) -> bool:
-        """No fresh prompts for a step that starts with B complete groups carried over: it makes no call."""
-        return self._in_step(step) or self.batch_size is None or self.ready < self.batch_size
+        """No fresh prompts for a step that starts with B complete groups carried over."""
+        return self.batch_size is None or not self._starts_full(step, self.batch_size)
 
     def select_rollout(self, candidate_ids, budget, step, rng, features=None):
-        target = self.batch_size or budget
-        if not self._in_step(step) and self.ready >= target:
-            return candidate_ids[:0]  # enough complete groups carried over (a replay offers its logged rows)
+        if self._starts_full(step, self.batch_size or budget):
+            return candidate_ids[:0]  # a replay still offers its logged rows: decline them
         return candidate_ids[:budget]
 
     def select_update(self, batch, step, rng):
