@@ -12,8 +12,8 @@ samples generator with our selection hook, the agent executor calling our
 reward_func file, the experience maker (log-probs, group advantages),
 checkpoint save and `--ckpt.load_enable` resume.
 
-Per selector (four that exercise distinct paths, EXERCISED; the registry minus what the backend refuses with
-LZE_BENCH_EVERY_SELECTOR=1): 3 steps,
+Per selector (three prompt-level ones that exercise distinct paths, EXERCISED, and two per-rollout ones; the
+registry minus what the backend refuses with LZE_BENCH_EVERY_SELECTOR=1): 3 steps,
 then the run-directory schema, ledger counts against the rollout log and
 against what the policy actor received (whole micro-batches, samples, tokens of
 every PPO epoch); for the selectors in RESUMED (every one with
@@ -58,12 +58,12 @@ PER_ROLLOUT = harness.PER_ROLLOUT  # the selectors that decide per rollout, with
 
 
 # The selectors whose fit loop runs by default: one for each way a selector's decisions and state reach OpenRLHF's
-# loop. astral replays stored rollouts and serves a head; hive samples dynamically (extra generation rounds) and
-# keeps a per-prompt history; lze_full keeps per-prompt arrays, prunes prompts from the rollout and drops groups
-# after they are generated; mopps draws its candidates from a posterior before any rollout. The others take the
-# same paths with other numbers (their decisions on recorded rewards equal the local backend's,
-# tests/test_cross_backend.py); LZE_BENCH_EVERY_SELECTOR=1 runs every selector.
-EXERCISED = ("astral", "hive", "lze_full", "mopps")
+# loop. astral replays stored rollouts and serves a head; hive samples dynamically (extra generation rounds, groups
+# dropped after they are generated) and keeps a per-prompt history; mopps chooses its prompts before any rollout,
+# from a posterior it updates on the rewards. The others take the same paths with other numbers (lze_full: a
+# prompt-level choice before the rollout and dynamic sampling after it; their decisions on recorded rewards equal the
+# local backend's, tests/test_cross_backend.py); LZE_BENCH_EVERY_SELECTOR=1 runs every selector.
+EXERCISED = ("astral", "hive", "mopps")
 
 
 def backend_selectors() -> list[str]:
@@ -108,13 +108,13 @@ def run_job(world, selector: str, run_dir: Path, crash_at_update: int | None = N
                            crash_at_update, engine=engine)
 
 
-# Crashed and resumed on this backend: the selectors whose state the driver carries in the most distinct ways
-# (astral: its replay store and predictor, hive: its entropy history, lze_full: per-prompt arrays and the pruner's
-# streaks); speed (held groups) in test_per_rollout_selector_fit_loop_on_cpu, uniform in test_openrlhf_vllm.py.
-# The driver saves every selector's state through the same `state_dict`, whose exact round trip
-# tests/test_selector_contracts.py checks for each selector; two more engine runs for each of the others (~2 min
-# a selector here) would put CI past its time. LZE_BENCH_EVERY_SELECTOR=1 crashes and resumes every selector.
-RESUMED = ("astral", "hive", "lze_full")
+# Crashed and resumed on this backend: astral, whose replay store, predictor and served head are state beyond its
+# `state_dict`; speed (groups held over a step boundary) in test_per_rollout_selector_fit_loop_on_cpu, uniform in
+# test_openrlhf_vllm.py. The driver saves every other selector's state through the same `state_dict`, whose exact
+# round trip tests/test_selector_contracts.py checks for each selector, and the crash-and-resume machinery is the same
+# for all; two more engine runs per selector (~1 min each here) would put CI past its time.
+# LZE_BENCH_EVERY_SELECTOR=1 crashes and resumes every selector.
+RESUMED = ("astral",)
 
 
 def crashes_and_resumes(selector: str) -> bool:
@@ -132,7 +132,7 @@ def test_openrlhf_fit_loop_on_cpu(world, selector, tmp_path):
     if not crashes_and_resumes(selector):
         return
 
-    # crash before the last update (astral: its replay store, hive: its entropy history resume too), then again
+    # crash before the last update (astral: its replay store and head resume too), then again
     crashed = tmp_path / "crashed"
     done = run_job(world, selector, crashed, crash_at_update=len(trained) - 1, engine=ENGINE)
     assert done.returncode != 0 and not (crashed / "DONE").exists()
@@ -414,7 +414,18 @@ def test_astral_trained_head_is_built_by_the_head_step_and_served_as_a_checkpoin
     assert record["flops"]["training"] == info["flops"]["training"] > 0
 
 
-@pytest.mark.parametrize("selector", sorted(PER_ROLLOUT))
+# The per-rollout selectors run by default: pods keeps a subset of each group's rollouts; speed asks vLLM for
+# per-prompt counts in two parts (screen, then continue) and holds groups over a step boundary, through a crash.
+# reinforce_ada's ragged groups take speed's path (per-prompt counts, groups of several sizes); it runs with
+# LZE_BENCH_EVERY_SELECTOR=1.
+PER_ROLLOUT_DEFAULT = ("pods", "speed")
+
+
+def per_rollout_selectors() -> list[str]:
+    return sorted(s for s in PER_ROLLOUT if s in PER_ROLLOUT_DEFAULT or harness.every_selector())
+
+
+@pytest.mark.parametrize("selector", per_rollout_selectors())
 def test_per_rollout_selector_fit_loop_on_cpu(world, selector, tmp_path):
     """The per-rollout selectors through OpenRLHF's real loop: vLLM gets the per-prompt counts, the ledger books
     every generated rollout, the rollout log says which rollouts trained, and the policy actor trains exactly
