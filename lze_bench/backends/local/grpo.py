@@ -42,6 +42,7 @@ Choices where the sources differ or are silent:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,6 +81,7 @@ class UpdateStats:
     clip_frac: float = float("nan")  # share of response tokens where the clip binds (replay_clip_loss)
     grad_norm: float = float("nan")  # global norm before clipping, at the last PPO epoch
     lengths: list = field(default_factory=list)
+    time_logprob_s: float = 0.0  # the no-grad passes before training: reference and old-policy log-probs
 
 
 def _flatten(groups: list[Group], estimator: str):
@@ -142,6 +144,7 @@ def grpo_update(model, optimizer, groups: list[Group], trainer_cfg, flop_model, 
     chunks = [order[i:i + size] for i in range(0, len(order), size)]
     temperature = trainer_cfg.temperature
     total_tokens = float(sum(len(s) - p for s, p in zip(seqs, plens)))
+    passes_start = time.perf_counter()
     ref_logp = [None] * len(chunks)
     if trainer_cfg.kl_coef > 0 and ref_model is not None:
         with torch.no_grad():
@@ -155,6 +158,7 @@ def grpo_update(model, optimizer, groups: list[Group], trainer_cfg, flop_model, 
             for c, idx in enumerate(chunks):
                 old_logp[c] = sequence_logprobs(model, [seqs[i] for i in idx], plens[idx], pad_id, temperature)[0]
         stats.flops_logprob += flop_model.logprob(lengths)
+    stats.time_logprob_s = time.perf_counter() - passes_start
     model.train()
     loss_sum, kl_sum, clipped = 0.0, 0.0, 0.0
     for epoch in range(trainer_cfg.ppo_epochs):

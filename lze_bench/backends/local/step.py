@@ -246,6 +246,7 @@ class StepRunner:
             "responses_kept": self._responses(selected),
             "responses_trained": self._responses(kept),
             # extras (not in LEDGER_COLUMNS): diagnostics of the update
+            "time_logprob_s": stats.time_logprob_s,  # within time_update_s
             "lr": self.optimizer.param_groups[0]["lr"], "loss": stats.loss, "kl": stats.kl, "clip_frac": stats.clip_frac, "grad_norm": stats.grad_norm,
             "seq_len_mean": float(np.mean(stats.lengths)) if stats.lengths else float("nan"),
             "_elapsed_s": time.perf_counter() - start,
