@@ -368,12 +368,41 @@ class _Session:
 
         result = evaluate(self.model, self.tokenizer, self.test_rows, self.grader, self.flop_model,
                           max_new_tokens=self.cfg.trainer.max_new_tokens, chunk_size=self.cfg.backend.gen_chunk_size)
-        self.heldout = [r for r in self.heldout if r["updates"] != updates] + [{
-            "updates": updates, "accuracy": result.accuracy, "by_level": {str(k): v for k, v in result.by_level.items()},
-            "problems": result.num_problems, "flops": result.flops, "time_s": round(result.time_s, 3)}]
+        self._book_eval(updates, cum_flops, result)
+        return result
+
+    def evaluate_initial(self):
+        """The initial policy's held-out eval: the stored one of the same policy, problems, settings and machine
+        when another run computed it (lze_bench/backends/local/initial_eval.py), else computed and stored."""
+        import dataclasses
+
+        from lze_bench.backends.local import initial_eval
+        from lze_bench.backends.local.heldout import HeldoutResult
+        from lze_bench.backends.local.warmstart import build_numerics, cache_root
+
+        key = initial_eval.key(self.model, self.tokenizer, self.test_rows,
+                               max_new_tokens=self.cfg.trainer.max_new_tokens,
+                               chunk_size=self.cfg.backend.gen_chunk_size, grading_mode=self.grader.mode,
+                               numerics=build_numerics(self.device.type))
+        root = cache_root(self.cfg.backend)
+        stored = initial_eval.load(root, key)
+        if stored is None:
+            result = self.evaluate(0, 0.0)
+            initial_eval.store(root, key, dataclasses.asdict(result))
+            return result
+        result = HeldoutResult(**stored)
+        self._book_eval(0, 0.0, result, reused=key)
+        return result
+
+    def _book_eval(self, updates: int, cum_flops: float, result, reused: str | None = None) -> None:
+        row = {"updates": updates, "accuracy": result.accuracy,
+               "by_level": {str(k): v for k, v in result.by_level.items()},
+               "problems": result.num_problems, "flops": result.flops, "time_s": round(result.time_s, 3)}
+        if reused is not None:
+            row["reused"] = reused
+        self.heldout = [r for r in self.heldout if r["updates"] != updates] + [row]
         _write_heldout(self.run_dir, self.heldout)
         self.tracker.log_heldout(updates, result.accuracy, result.by_level, cum_flops)
-        return result
 
     def stop_reason(self, cum_flops: float) -> str | None:
         """"budget" once `cum_flops` reaches trainer.flop_budget, else "steps" at the step cap (lze_bench.budget)."""
@@ -407,7 +436,7 @@ class _Session:
         trainer, backend = self.cfg.trainer, self.cfg.backend
         if not any(r["updates"] == 0 for r in self.heldout) and self.updates == 0:
             write_progress(self.run_dir, "initial eval")
-            initial = self.evaluate(0, 0.0)
+            initial = self.evaluate_initial()
             log.info("initial held-out accuracy %.3f %s", initial.accuracy, initial.by_level)
         write_progress(self.run_dir, "training")
         done_here, saved = 0, True  # saved: the state after the last step (or the resume point) is a checkpoint
