@@ -451,3 +451,24 @@ def test_dry_run_shows_each_key_once_with_the_value_in_effect(tmp_path):
     every = [line for line in result.output.splitlines() if line.startswith("every job: ")][0]
     assert "trainer.steps=4" in every and "trainer.eval_every=1" in every
     assert "trainer.steps=2" not in result.output
+
+
+def test_a_local_sweep_stops_waiting_when_one_of_its_jobs_ends():
+    """Between status checks a local sweep waits `poll_s`, but no longer than until a running job (a child
+    process) ends, so the next job starts then; a pid that is not its child waits the whole interval."""
+    import subprocess
+    import sys
+    import time
+
+    from lze_bench.sweep.submit import _pause
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    data = {"jobs": {"a": {"job_id": str(child.pid), "status": "running"}, "b": {"job_id": None, "status": "done"}}}
+    start = time.monotonic()
+    _pause(30.0, "local", data)
+    woke_after = time.monotonic() - start
+    assert child.poll() == 0  # left for its owner to reap, and reaped here
+    assert woke_after < 20.0  # the child's end, not the 30 s interval, ended the wait
+    start = time.monotonic()
+    _pause(0.5, "local", {"jobs": {"c": {"job_id": "1", "status": "running"}}})  # pid 1: not our child
+    assert time.monotonic() - start >= 0.5

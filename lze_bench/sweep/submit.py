@@ -190,7 +190,7 @@ def _submit_and_wait(plan, kind: str, wait: bool, poll_s: float, command_line) -
                 display.update(data)
                 if not todo and all(data["jobs"][j.name]["status"] in FINAL for j in plan.jobs):
                     break
-                time.sleep(poll_s)
+                _pause(poll_s, kind, data)
                 refresh(plan, data, kind)
                 save_manifest(plan.sweep_dir, data)
     except KeyboardInterrupt:
@@ -200,6 +200,35 @@ def _submit_and_wait(plan, kind: str, wait: bool, poll_s: float, command_line) -
     if wait:
         _finish(plan, data)
     return data
+
+
+LOCAL_CHECK_S = 0.2
+
+
+def _pause(poll_s: float, kind: str, data: dict) -> None:
+    """Wait `poll_s` before the next status check; a local sweep stops waiting as soon as one of its running jobs
+    (this process's children) ends, so the next job starts then rather than up to `poll_s` later: with short jobs
+    that idle slot adds up (the quickstart's 39 jobs of about half a minute each lost about 2.5 s each at
+    poll_s=5)."""
+    deadline = time.monotonic() + poll_s
+    pids = [int(e["job_id"]) for e in data["jobs"].values()
+            if kind == "local" and e.get("status") in ("queued", "running") and str(e.get("job_id", "")).isdigit()]
+    while pids and time.monotonic() < deadline:
+        if any(_child_ended(pid) for pid in pids):
+            return
+        time.sleep(min(LOCAL_CHECK_S, max(0.0, deadline - time.monotonic())))
+    time.sleep(max(0.0, deadline - time.monotonic()))
+
+
+def _child_ended(pid: int) -> bool:
+    """True when child `pid` has ended; `WNOWAIT` leaves it for submitit to reap. A pid that is not this process's
+    child (a job a previous sweep process started) is left to the poll interval."""
+    if not hasattr(os, "waitid"):  # not on this platform: the plain poll interval
+        return False
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return False
 
 
 def _interrupted(plan, data: dict, kind: str) -> None:
