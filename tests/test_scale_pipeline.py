@@ -131,7 +131,7 @@ def test_budgeted_openrlhf_sweep_then_eval_sweep_then_report_per_benchmark(tmp_p
                      f"data.root={write_benchmarks(tmp_path / 'bench')}", "limit=4", "grading.workers=1", "poll_s=2",
                      *GENERATION], harness.child_env(ENGINE, COLUMNS="200"))
     status = cli(["sweep", "status", str(sweep_dir)], harness.child_env(COLUMNS="200"))
-    assert "evals eval-two" in status.stdout and "4 done" in status.stdout, evaluated.stdout
+    assert "evals eval-two" in status.stdout and f"{len(SELECTORS) * len(SEEDS)} done" in status.stdout, evaluated.stdout
     for run in runs.values():  # the initial policy and every checkpoint, on both benchmarks, at its FLOPs
         ledger, evals = read_ledger(run), read_evals(run)
         if ENGINE == "vllm":  # the real engine generated every answer, at the precision asked for
