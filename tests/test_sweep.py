@@ -472,3 +472,28 @@ def test_a_local_sweep_stops_waiting_when_one_of_its_jobs_ends():
     start = time.monotonic()
     _pause(0.5, "local", {"jobs": {"c": {"job_id": "1", "status": "running"}}})  # pid 1: not our child
     assert time.monotonic() - start >= 0.5
+
+
+def test_a_local_sweep_runs_one_job_of_a_head_building_group_until_one_has_finished(tmp_path):
+    """ASTRAL jobs with predictor=trained on the local backend share one cached head, built by the first of them:
+    the others wait until one has finished instead of holding a slot on the build's lock."""
+    from types import SimpleNamespace
+
+    from lze_bench.sweep.submit import startable
+
+    spec = SweepSpec(name="t", grid={"selector": ["uniform", "astral"], "seed": [0, 1, 2]},
+                     overrides=["launcher=local"], selector_overrides={"astral": ["selector.predictor=trained"]})
+    groups = {job.name: job.build_group for job in plan_jobs(spec, [], tmp_path, "t").jobs}
+    assert {groups[f"uniform-s{s}"] for s in range(3)} == {""}
+    assert len({groups[f"astral-s{s}"] for s in range(3)}) == 1 and groups["astral-s0"]
+
+    plan = SimpleNamespace(jobs=[SimpleNamespace(name=n, build_group=g) for n, g in groups.items()])
+    data = {"jobs": {n: {"status": "new"} for n in groups}}
+    todo = ["astral-s0", "astral-s1", "astral-s2", "uniform-s0", "uniform-s1", "uniform-s2"]
+    assert startable(plan, data, todo, 2) == ["astral-s0", "uniform-s0"]
+    data["jobs"]["astral-s0"]["status"] = data["jobs"]["uniform-s0"]["status"] = "running"
+    assert startable(plan, data, todo[1:3] + todo[4:], 1) == ["uniform-s1"]  # the head is still being built
+    data["jobs"]["astral-s0"]["status"] = "done"
+    assert startable(plan, data, todo[1:3] + todo[5:], 2) == ["astral-s1", "astral-s2"]
+    data["jobs"]["astral-s0"]["status"] = "failed"  # no head: the next one builds it, alone again
+    assert startable(plan, data, todo[1:3] + todo[5:], 2) == ["astral-s1", "uniform-s2"]

@@ -48,6 +48,9 @@ class PlannedJob:
     steps: int
     flop_budget: float | None = None  # trainer.flop_budget: the work the run is asked to do, when set
     compute: str = ""  # budget.compute_plan of its trainer: where it stops, where it checkpoints (dry runs print it)
+    # jobs with one non-empty value build one cached artifact in their first run (ASTRAL's trained head on the local
+    # backend): a local sweep starts the others of the group once one has finished (submit.startable)
+    build_group: str = ""
 
     @property
     def train_overrides(self) -> list[str]:
@@ -192,6 +195,7 @@ def plan_jobs(spec, train_args: list[str], sweep_dir: Path, name: str) -> SweepP
                 steps=int(cfg["trainer"]["steps"]),
                 flop_budget=cfg["trainer"].get("flop_budget"),
                 compute=compute_plan(composed.trainer),  # run_dir and the tracking keys leave the trainer as is
+                build_group=_build_group(cfg),
             )
         )
     _check_unique(jobs)
@@ -201,6 +205,18 @@ def plan_jobs(spec, train_args: list[str], sweep_dir: Path, name: str) -> SweepP
         plan.pairs.setdefault(job.pair_key, []).append(job.name)
     _warn_unpaired(plan)
     return plan
+
+
+def _build_group(cfg: dict) -> str:
+    """The key of the cached head a local-backend ASTRAL job with `predictor=trained` builds in its first run if
+    it is missing: the config's hash without what the head does not depend on (seed, selector knobs other than the
+    predictor, tracking, run_dir); "" for any other job. On backend=openrlhf the sweep builds heads before the runs
+    (sweep/heads.py)."""
+    selector = cfg["selector"]
+    if cfg["backend"]["name"] != "local" or selector["name"] != "astral" or selector.get("predictor") != "trained":
+        return ""
+    shared = {k: v for k, v in cfg.items() if k not in ("seed", "selector", "tracking", "run_dir")}
+    return config_hash(shared)
 
 
 def tracking_overrides(fixed: list[str], sweep: str, job: str, pair_key: str) -> list[str]:

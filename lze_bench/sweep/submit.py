@@ -182,7 +182,8 @@ def _submit_and_wait(plan, kind: str, wait: bool, poll_s: float, command_line) -
         with display or contextlib.nullcontext():
             while True:
                 active = sum(1 for n in data["jobs"] if data["jobs"][n]["status"] in ("queued", "running"))
-                batch, todo = todo[: max(0, parallel - active)], todo[max(0, parallel - active):]
+                batch = startable(plan, data, todo, max(0, parallel - active)) if kind == "local" else todo
+                todo = [name for name in todo if name not in batch]
                 if batch:
                     submit(executor, plan, data, batch)
                 if not wait:
@@ -200,6 +201,27 @@ def _submit_and_wait(plan, kind: str, wait: bool, poll_s: float, command_line) -
     if wait:
         _finish(plan, data)
     return data
+
+
+def startable(plan, data: dict, todo: list[str], free: int) -> list[str]:
+    """Up to `free` jobs of `todo`, in order, for the free slots of a local sweep, holding back a job whose
+    `build_group` has a job running and none finished: the first builds the group's cached artifact (ASTRAL's
+    head, ~2 min) and the others would only wait on its lock, each holding a slot another job could use."""
+    group_of = {job.name: job.build_group for job in plan.jobs}
+    status = {name: entry["status"] for name, entry in data["jobs"].items()}
+    busy = {group_of[n] for n, s in status.items() if s in ("queued", "running") and group_of.get(n)}
+    built = {group_of[n] for n, s in status.items() if s == "done" and group_of.get(n)}
+    chosen = []
+    for name in todo:
+        if len(chosen) == free:
+            break
+        group = group_of.get(name, "")
+        if group and group in busy and group not in built:
+            continue
+        chosen.append(name)
+        if group:
+            busy.add(group)
+    return chosen
 
 
 LOCAL_CHECK_S = 0.2
