@@ -207,7 +207,7 @@ def startable(plan, data: dict, todo: list[str], free: int) -> list[str]:
     """Up to `free` jobs of `todo`, in order, for the free slots of a local sweep, holding back a job whose
     `build_group` has a job running and none finished: the first builds the group's cached artifact (ASTRAL's
     head, ~2 min) and the others would only wait on its lock, each holding a slot another job could use."""
-    group_of = {job.name: job.build_group for job in plan.jobs}
+    group_of = {job.name: getattr(job, "build_group", "") for job in plan.jobs}  # eval jobs build nothing
     status = {name: entry["status"] for name, entry in data["jobs"].items()}
     busy = {group_of[n] for n, s in status.items() if s in ("queued", "running") and group_of.get(n)}
     built = {group_of[n] for n, s in status.items() if s == "done" and group_of.get(n)}
