@@ -129,7 +129,7 @@ def local_steps(case: str, monkeypatch) -> list:
         trained.append([(g.prompt_id, g.gen_step, g.replayed, advantage(g.stats_mask, g.adv_eps),
                          trains(g.train_mask, len(g.rewards))) for g in groups])
         return SimpleNamespace(trained_tokens=0, flops_logprob=0, flops_train=0, loss=0.0, kl=0.0, clip_frac=0.0,
-                               grad_norm=0.0, lengths=[])
+                               grad_norm=0.0, lengths=[], time_logprob_s=0.0)
 
     monkeypatch.setattr(local_step, "grpo_update", update)
     cfg = OmegaConf.create({"seed": SEED, "data": {"candidates_per_step": None},
