@@ -229,8 +229,17 @@ class FakeEngine:
         self.generate_responses = SimpleNamespace(remote=self._generate)
         for name in ("wake_up", "sleep"):  # vLLM sleep mode around generation (the recipe's vllm_enable_sleep)
             setattr(self, name, SimpleNamespace(remote=lambda *args, **kwargs: ray.put(None)))
+        # Ray's `__ray_call__` (engine_tokenizer.py sends the tokenizer with it) and the handle's actor id
+        self._actor_id = SimpleNamespace(hex=lambda: f"fake-{id(self)}")
+        self.__ray_call__ = SimpleNamespace(remote=self._call)
+        self.calls, self.tokenizers = 0, []
+
+    def _call(self, fn, *args):
+        self.calls += 1
+        return self.ray.put(fn(self, *args))
 
     def _generate(self, *, prompt, label, sampling_params, max_length, hf_tokenizer, num_samples, images=None):
+        self.tokenizers.append(hf_tokenizer)
         prompt_id = json.loads(label)["id"]
         self.requests.append((prompt_id, num_samples, getattr(sampling_params, "seed", None)))
         j = self.asked[prompt_id] % N
@@ -295,6 +304,25 @@ def test_every_rollout_request_carries_its_own_seed(ray_local, tmp_path, monkeyp
     assert sorted(seed for _, _, seed in first) == sorted(rollout_seed(0, step, i, j, 0) for i in ids for j in range(N))
     assert requests()[0] == first  # the same step of another run: the same seeds
     assert rollout_seed(0, 0, 1, 0, 1) != rollout_seed(0, 0, 1, 0, 0) != rollout_seed(1, 0, 1, 0, 0)
+
+
+def test_the_tokenizer_goes_to_each_engine_once_and_requests_carry_its_key(ray_local, tmp_path, monkeypatch):
+    """OpenRLHF passes its tokenizer with every request, which Ray pickles per call; lze-bench sends one request
+    per sample, so each engine gets the tokenizer once (engine_tokenizer.py) and every request a key to it."""
+    import pickle
+
+    from lze_bench.backends.openrlhf.engine_tokenizer import TokenizerKey
+
+    generator, _ = build_generator(ray_local, tmp_path, monkeypatch, "uniform")
+    tokenizer = generator._engine_tokenizers.tokenizer = {"stands for": "the tokenizer"}
+    for _ in range(2):
+        generator.generate_samples(**GENERATE_KWARGS)
+        generator.take_record()
+    engines = [engine for engine in generator.vllm_engines if engine.requests]
+    assert engines and all(engine.calls == 1 for engine in engines)
+    keys = [key for engine in engines for key in engine.tokenizers]
+    assert len(keys) == 2 * B * N and all(isinstance(key, TokenizerKey) for key in keys)
+    assert len({key.key for key in keys}) == 1 and pickle.loads(pickle.dumps(keys[0])) is tokenizer
 
 
 def test_per_prompt_counts_reach_vllm_and_only_chosen_rollouts_are_handed_over(ray_local, tmp_path, monkeypatch):

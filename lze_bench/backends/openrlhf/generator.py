@@ -39,7 +39,10 @@ the seed set. A selector that asks for a number of rollouts per prompt
 rounds) gets `counts[i]` such requests for prompt i, sample indices 0..counts[i]-1;
 a prompt extended twice in one step is extended in different rounds, and the
 round is part of the seed, so no two requests of a run share one. What this
-guarantees where: docs/cluster.md, "Reproducible rollouts".
+guarantees where: docs/cluster.md, "Reproducible rollouts". The tokenizer
+OpenRLHF passes with every request goes to each engine once instead
+(engine_tokenizer.py): Ray pickles a call's arguments anew for every call, and
+one request per sample would otherwise pickle it n times per prompt.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ import ray
 from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 
 from lze_bench.backends.openrlhf.data import check_dataset_ids
+from lze_bench.backends.openrlhf.engine_tokenizer import EngineTokenizers
 from lze_bench.backends.openrlhf.selection import Group
 from lze_bench.errors import LzeBenchError
 
@@ -122,6 +126,7 @@ class LzeSamplesGenerator(SamplesGenerator):
         self._dataset = dataset
         self.records: list = []  # StepRecords of finished steps, taken by the trainer's ledger hook
         self._round = 0  # generation rounds of the current step so far (a rollout seed's `round`)
+        self._engine_tokenizers = EngineTokenizers(self.tokenizer)  # each engine gets it once, not per request
 
     def generate_samples(self, **generate_kwargs):
         """OpenRLHF's, with the whole step in one update: it serves at most `rollout.batch_size x n` samples
@@ -193,6 +198,7 @@ class LzeSamplesGenerator(SamplesGenerator):
         refs = []
         for i, (prompt_id, (engine, kwargs)) in enumerate(zip(ids, requests)):
             params = kwargs["sampling_params"]
+            kwargs = {**kwargs, "hf_tokenizer": self._engine_tokenizers.key_for(engine)}
             n = int(kwargs.get("num_samples", 1)) if counts is None else int(counts[i])
             refs.append([engine.generate_responses.remote(
                 **{**kwargs, "num_samples": 1, "sampling_params": with_seed(
