@@ -38,7 +38,6 @@ import contextlib
 import io
 import os
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -151,7 +150,7 @@ def _read_parquet(path: Path, fix: str) -> pd.DataFrame:
         raise damaged_file(path, exc, fix) from exc
 
 
-def write_parquet(path: Path, frame: pd.DataFrame) -> None:
+def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
     buffer = io.BytesIO()
     frame.to_parquet(buffer, index=False)
     atomic_write_bytes(path, buffer.getvalue())
@@ -164,12 +163,9 @@ class Ledger:
     rewriting the whole file keeps it valid Parquet at every instant.
     """
 
-    def __init__(self, run_dir: str | os.PathLike, write: Callable[[Path, pd.DataFrame], None] | None = None):
-        """`write(path, frame)` writes the file (default: now; the OpenRLHF trainer queues it on a thread,
-        lze_bench.background_writes): every frame it gets is a new object, never changed afterwards."""
+    def __init__(self, run_dir: str | os.PathLike):
         self.path = Path(run_dir) / LEDGER_FILE
         self.frame = read_ledger(run_dir) if self.path.exists() else _empty(LEDGER_COLUMNS)
-        self._write = write or write_parquet
 
     @property
     def last_step(self) -> int:
@@ -200,7 +196,7 @@ class Ledger:
             )
         new = _typed(pd.DataFrame([row]), LEDGER_COLUMNS)
         self.frame = new if not len(self.frame) else pd.concat([self.frame, new], ignore_index=True)
-        self._write(self.path, self.frame)
+        _write_parquet(self.path, self.frame)
         return row
 
     def truncate_after(self, step: int) -> None:
@@ -208,7 +204,7 @@ class Ledger:
         keep = self.frame["step"] <= int(step)
         if not keep.all():
             self.frame = self.frame[keep].reset_index(drop=True)
-            self._write(self.path, self.frame)
+            _write_parquet(self.path, self.frame)
 
 
 def _empty(columns: dict[str, str]) -> pd.DataFrame:
@@ -242,19 +238,16 @@ _PART = re.compile(r"^part-step_(\d+)\.parquet$")
 class RolloutLog:
     """Rows of rolled-out prompts, one part file per step until compacted."""
 
-    def __init__(self, run_dir: str | os.PathLike, write: Callable[[Path, pd.DataFrame], None] | None = None):
-        """`write(path, frame)` writes a part file (default: now; see Ledger)."""
+    def __init__(self, run_dir: str | os.PathLike):
         self.run_dir = Path(run_dir)
         self.parts = self.run_dir / ROLLOUT_PARTS
-        self._write = write or write_parquet
 
     def append(self, step: int, rows: pd.DataFrame | list[dict]) -> None:
-        """A step's rows; a DataFrame passed in must not be changed afterwards (the write may be queued)."""
         frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
         missing = [c for c in ROLLOUT_COLUMNS if c not in frame]
         if missing:
             raise LzeBenchError(f"rollout rows of step {step} lack columns: {', '.join(missing)}")
-        self._write(self.parts / f"part-step_{int(step):06d}.parquet", frame)
+        _write_parquet(self.parts / f"part-step_{int(step):06d}.parquet", frame)
 
     def check_readable(self, step: int) -> None:
         """Read every part file a resume keeps (steps up to `step`): a damaged one is one line now, before any
@@ -276,13 +269,13 @@ class RolloutLog:
         if compacted.exists():
             frame = _read_parquet(compacted, run_file_fix(self.run_dir))
             if (frame["step"] > int(step)).any():
-                write_parquet(compacted, frame[frame["step"] <= int(step)].reset_index(drop=True))
+                _write_parquet(compacted, frame[frame["step"] <= int(step)].reset_index(drop=True))
 
     def compact(self) -> Path:
         """Merge the part files into rollouts.parquet (end of run) and remove them."""
         frame = read_rollouts(self.run_dir)
         target = self.run_dir / ROLLOUTS_FILE
-        write_parquet(target, frame)
+        _write_parquet(target, frame)
         if self.parts.is_dir():
             for path in self.parts.iterdir():
                 if _PART.match(path.name):
@@ -331,7 +324,7 @@ def append_eval_rows(run_dir: str | os.PathLike, rows: list[dict]) -> pd.DataFra
         frame = new if old is None or old.empty else pd.concat([old, new], ignore_index=True)
         frame = frame.drop_duplicates(subset=list(EVAL_KEY), keep="last")
         frame = frame.sort_values(["step", "benchmark", "settings_key"], kind="stable").reset_index(drop=True)
-        write_parquet(path, frame)
+        _write_parquet(path, frame)
     return frame
 
 

