@@ -51,3 +51,30 @@ def test_a_second_run_from_the_same_policy_books_the_stored_initial_eval(tmp_pat
     assert "reused" not in again and again["accuracy"] == first["accuracy"]
     assert "not a stored initial eval" in caplog.text
     assert json.loads(stored[0].read_text())["accuracy"] == first["accuracy"]  # replaced by the recomputed one
+
+
+def test_the_key_reads_the_bytes_of_any_dtype_and_changes_with_them():
+    """bfloat16 parameters have no NumPy dtype: the key hashes their raw bytes; changing one weight changes it."""
+    import torch
+
+    from lze_bench.backends.local import initial_eval
+
+    model = torch.nn.Linear(3, 2).to(torch.bfloat16)
+
+    class Tok:
+        pad_token_id, eos_token_id = 0, 1
+
+        def get_vocab(self):
+            return {"a": 0, "b": 1}
+
+    rows = [{"problem": "1+1", "answer": 2, "level": 1}]
+
+    def key():
+        return initial_eval.key(model, Tok(), rows, max_new_tokens=4, chunk_size=8, grading_mode="boxed",
+                                numerics={"device": "cpu"})
+
+    before = key()
+    assert before == key()
+    with torch.no_grad():
+        model.weight[0, 0] += 1
+    assert key() != before

@@ -30,13 +30,15 @@ FIELDS = ("accuracy", "by_level", "flops", "time_s", "num_problems")
 def key(model, tokenizer, rows: list[dict], *, max_new_tokens: int, chunk_size: int, grading_mode: str,
         numerics: dict) -> str:
     """sha256 (first 16 hex digits) of everything the initial eval's numbers depend on (the module docstring)."""
+    import torch
     import transformers
 
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(name.encode())
         digest.update(str(tensor.dtype).encode())
-        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        # raw bytes (a uint8 view): bfloat16 has no NumPy dtype
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     settings = {"vocab": sorted(tokenizer.get_vocab().items()), "pad": tokenizer.pad_token_id,
                 "eos": tokenizer.eos_token_id,
                 "rows": [[r["problem"], str(r["answer"]), int(r["level"])] for r in rows],
