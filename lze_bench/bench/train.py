@@ -37,6 +37,7 @@ def bench_train(options: dict[str, str]) -> BenchResult:
     import time
 
     from lze_bench.backends import run_training
+    from lze_bench.backends.local.model import resolve_device
     from lze_bench.config import compose, config_dict
     from lze_bench.ledger import read_ledger
 
@@ -54,7 +55,7 @@ def bench_train(options: dict[str, str]) -> BenchResult:
     import torch
 
     threads = torch.get_num_threads()  # as the run set them (backend.threads)
-    peak = matmul_rate()
+    peak = matmul_rate(str(resolve_device(resolved["device"])))
     timed = ledger.iloc[1:] if len(ledger) > 1 else ledger
     rows = _rows(timed, peak)
     outside = run_wall_s - float(ledger["time_step_s"].sum())
@@ -78,29 +79,30 @@ def bench_train(options: dict[str, str]) -> BenchResult:
 MATMUL_SIZE, MATMUL_BATCHES = 1024, 5
 
 
-def matmul_rate(size: int = MATMUL_SIZE, batches: int = MATMUL_BATCHES, batch_s: float = 0.1) -> float:
-    """fp32 FLOP/s of torch's square matrix product at the current thread count: the best of `batches` timed
-    batches of at least `batch_s` seconds each (the best, because anything else on the machine only slows one)."""
+def matmul_rate(device: str = "cpu", size: int = MATMUL_SIZE, batches: int = MATMUL_BATCHES,
+                batch_s: float = 0.1) -> float:
+    """fp32 FLOP/s of torch's square matrix product on `device` at the current thread count: the best of `batches`
+    timed batches of at least `batch_s` seconds each (the best, because anything else on the machine only slows
+    one). On CUDA each batch waits for its kernels before the clock stops."""
     import time
 
     import torch
 
-    left, right = torch.randn(size, size), torch.randn(size, size)
-    left @ right  # warm-up: thread pool and kernel selection
-    reps, best = 1, float("inf")
-    while True:  # enough products for one batch to take batch_s
+    left, right = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
+    wait = torch.cuda.synchronize if left.is_cuda else (lambda: None)
+
+    def seconds(reps: int) -> float:
         start = time.perf_counter()
         for _ in range(reps):
             left @ right
-        if time.perf_counter() - start >= batch_s:
-            break
+        wait()
+        return time.perf_counter() - start
+
+    seconds(1)  # warm-up: thread pool and kernel selection
+    reps = 1
+    while seconds(reps) < batch_s:  # enough products for one batch to take batch_s
         reps *= 2
-    for _ in range(batches):
-        start = time.perf_counter()
-        for _ in range(reps):
-            left @ right
-        best = min(best, time.perf_counter() - start)
-    return 2.0 * size ** 3 * reps / best
+    return 2.0 * size ** 3 * reps / min(seconds(reps) for _ in range(batches))
 
 
 def _rows(frame, peak: float) -> list[dict]:
