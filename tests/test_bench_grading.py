@@ -54,7 +54,7 @@ def test_bench_generation_needs_a_model():
 
 def test_bench_overhead_refuses_in_one_line_before_running_anything(tmp_path):
     """`lze-bench bench overhead` (tests/test_openrlhf_vllm.py runs it on a real CPU job): a missing overrides file,
-    a run that is not backend=openrlhf, too few timed steps, fewer than 2 rounds and an existing out= are refused,
+    a run that is not backend=openrlhf, too few timed steps, no round and an existing out= are refused,
     each in one line naming the option, nothing written."""
     def bench(*args):
         return CliRunner().invoke(app, ["bench", "overhead", *args])
@@ -68,8 +68,8 @@ def test_bench_overhead_refuses_in_one_line_before_running_anything(tmp_path):
     assert result.exit_code == 2 and "must select backend=openrlhf" in result.output
     result = bench(f"overrides={tmp_path / 'local.yaml'}", "steps=2", "skip=1")
     assert result.exit_code == 2 and "steps=2 leaves fewer than 2 timed steps" in result.output
-    result = bench(f"overrides={tmp_path / 'local.yaml'}", "rounds=1")  # the interval needs 2 rounds at least
-    assert result.exit_code == 2 and "rounds=1 is below 2" in result.output and "pass rounds=2 or more" in result.output
+    result = bench(f"overrides={tmp_path / 'local.yaml'}", "rounds=0")
+    assert result.exit_code == 2 and "rounds=0 is below 1" in result.output and "pass rounds=1 or more" in result.output
     result = bench(f"overrides={tmp_path / 'local.yaml'}", "rounds=some")
     assert result.exit_code == 2 and "rounds=some is not an integer" in result.output
     (tmp_path / "out").mkdir()

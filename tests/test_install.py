@@ -4,6 +4,7 @@ built-in recipes from any directory, and a `./sweeps` folder there adds its own.
 from __future__ import annotations
 
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -15,11 +16,29 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+# what a wheel is built from: the sdist's inputs (pyproject.toml, setup.py, MANIFEST.in, the package, the recipes)
+SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "lze_bench", "sweeps", "evals")
+
+
+def source_copy(root: Path) -> Path:
+    """The build's inputs copied under `root`: setuptools writes build/ and *.egg-info beside its sources, and in
+    the checkout those would be shared with an editable install or another test process building at the same
+    time (CI runs two suites at once)."""
+    source = root / "src"
+    for name in SOURCES:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            source.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, source / name)
+    return source
+
+
 @pytest.fixture(scope="module")
 def wheel_venv(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(root / "dist"), str(REPO)], check=True)
+                    "-w", str(root / "dist"), str(source_copy(root))], check=True)
     wheel = next((root / "dist").glob("lze_bench-*.whl"))
     env_dir = root / "venv"
     venv.create(env_dir, with_pip=False)

@@ -182,12 +182,13 @@ def test_engine_holds_the_actors_weights_after_every_sync(world):
 
 def test_bench_overhead_times_lze_bench_against_plain_openrlhf(world, tmp_path):
     """`lze-bench bench overhead`: the same CPU job (OpenRLHF's real engines and its DeepSpeed policy actor, 3 steps)
-    run by lze-bench (selector=uniform) and by OpenRLHF's own train_ppo_ray with the same flags, in 2 rounds of
-    alternating order; each job logs one TensorBoard step per step. The table has each round's medians and ratio,
-    their mean with a Student-t interval over rounds, OpenRLHF's phase timers for both drivers, and the load.
-    What the ratio is on this machine goes in the bench's output, not in an assertion (time goals live in
-    benchmarks). rounds=2, steps=3 with skip=1 is the fewest the bench accepts (2 timed intervals a job, an
-    interval from 2 rounds); a benchmark run of the command takes more (rounds=4, steps=6 by default)."""
+    run by lze-bench (selector=uniform) and by OpenRLHF's own train_ppo_ray with the same flags, one round; each job
+    logs one TensorBoard step per step. The table has the round's medians and ratio, OpenRLHF's phase timers for
+    both drivers, and the load. What the ratio is on this machine goes in the bench's output, not in an assertion
+    (time goals live in benchmarks). rounds=1, steps=3 with skip=1 is the fewest the bench accepts (2 timed
+    intervals a job); the interval over rounds and the alternating order are computed from timings alone and
+    checked in tests/test_bench_overhead.py; a benchmark run of the command takes more (rounds=4, steps=6 by
+    default)."""
     import json
     import subprocess
 
@@ -199,30 +200,31 @@ def test_bench_overhead_times_lze_bench_against_plain_openrlhf(world, tmp_path):
     env = harness.child_env("vllm", LZE_RAY_ADDRESS=world["cluster"].address, COLUMNS="200",
                             **{harness.ENV_ENGINE: "vllm", harness.ENV_POLICY: "deepspeed"})
     done = subprocess.run([sys.executable, "-m", "lze_bench.cli", "bench", "overhead",
-                           f"overrides={tmp_path / 'job.yaml'}", f"out={tmp_path / 'out'}", "rounds=2", "steps=3",
+                           f"overrides={tmp_path / 'job.yaml'}", f"out={tmp_path / 'out'}", "rounds=1", "steps=3",
                            "skip=1", "--json", str(tmp_path / "overhead.json")],
                           env=env, capture_output=True, text=True, timeout=1500)
     print(done.stdout[-4000:])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads((tmp_path / "overhead.json").read_text())
     rows = {row["row"]: row for row in result["rows"]}
-    rounds = [rows["round 1 (lze-bench first)"], rows["round 2 (openrlhf first)"]]
-    for r in rounds:
-        assert r["steps_timed"] == "2/2"  # 3 steps a job, the first (warm-up) untimed
-        assert 0 < r["lze_bench_s"] and 0 < r["openrlhf_s"] and r["ratio"] == pytest.approx(r["lze_bench_s"] /
-                                                                                             r["openrlhf_s"])
-        assert r["load_1m_before"] >= 0 and r["load_1m_after"] >= 0
+    assert list(rows) == ["round 1 (lze-bench first)", "step (mean over rounds)",
+                          *(f"phase {p}" for p in ("generation", "make_experience", "ppo_train", "broadcast",
+                                                   "outside_timers"))]
+    r = rows["round 1 (lze-bench first)"]
+    assert r["steps_timed"] == "2/2"  # 3 steps a job, the first (warm-up) untimed
+    assert 0 < r["lze_bench_s"] and 0 < r["openrlhf_s"] and r["ratio"] == pytest.approx(r["lze_bench_s"] /
+                                                                                         r["openrlhf_s"])
+    assert r["load_1m_before"] >= 0 and r["load_1m_after"] >= 0
     summary = rows["step (mean over rounds)"]
-    assert summary["ratio"] == pytest.approx((rounds[0]["ratio"] + rounds[1]["ratio"]) / 2)
-    assert summary["ratio_ci95_low"] <= summary["ratio"] <= summary["ratio_ci95_high"]
+    assert summary["ratio"] == pytest.approx(r["ratio"])
+    assert summary["ratio_ci95_low"] is None and summary["ratio_ci95_high"] is None  # one round: no interval
     assert summary["extra_s"] == pytest.approx(summary["lze_bench_s"] - summary["openrlhf_s"])
     for phase in ("generation", "make_experience", "ppo_train", "broadcast", "outside_timers"):  # both log them
         assert rows[f"phase {phase}"]["lze_bench_s"] is not None and rows[f"phase {phase}"]["openrlhf_s"] is not None
-    assert any("95 % Student-t interval over rounds" in note for note in result["notes"])
+    assert any("one round: no interval" in note for note in result["notes"])
     # plain OpenRLHF ran in its own folder and saved its final model there; lze-bench's run is a normal run dir
-    for k in (1, 2):
-        assert any((tmp_path / "out" / f"round_{k}" / "openrlhf" / "final").rglob("*.safetensors"))
-        assert (tmp_path / "out" / f"round_{k}" / "lze" / "DONE").exists()
+    assert any((tmp_path / "out" / "round_1" / "openrlhf" / "final").rglob("*.safetensors"))
+    assert (tmp_path / "out" / "round_1" / "lze" / "DONE").exists()
     with pytest.raises(subprocess.CalledProcessError):  # out= exists: refused, nothing overwritten
         subprocess.run([sys.executable, "-m", "lze_bench.cli", "bench", "overhead",
                         f"overrides={tmp_path / 'job.yaml'}", f"out={tmp_path / 'out'}"], env=env, check=True,

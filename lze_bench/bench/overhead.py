@@ -22,7 +22,8 @@ once per step, when the step's logs are written; overhead_timing.py), over the s
 (engine warm-up). Round k's ratio is lze-bench's median over OpenRLHF's; the ratio row is the mean of the
 rounds' ratios with a 95 % Student-t interval over rounds (rounds are independent repetitions, so the interval
 reflects the spread between repetitions, load changes included). More rounds or more steps narrow it; a note
-says when its half-width exceeds 3 %. The phase rows split the step with OpenRLHF's own timers, which both
+says when its half-width exceeds 3 %. `rounds=1` is a smoke run: one ratio, no interval (its bounds are left
+empty and a note says so). The phase rows split the step with OpenRLHF's own timers, which both
 drivers log (generation, make_experience, ppo_train, broadcast, and the rest of the interval), each the mean over
 rounds of the job's median: where lze-bench's extra time goes. The load rows give os.getloadavg() before and
 after each job: a loaded machine widens the interval and shifts both drivers.
@@ -133,6 +134,12 @@ def _timed(timing: RunTiming, name: str, steps: int, skip: int) -> RunTiming:
     return timing
 
 
+def order_of_round(k: int) -> list[str]:
+    """The drivers of round k (1-based) in the order they run: lze-bench first in odd rounds, so that a drift in
+    load or a warm file cache favours neither over an even number of rounds."""
+    return ["lze", "openrlhf"] if k % 2 else ["openrlhf", "lze"]
+
+
 def _round(cfg_overrides: list[str], out: Path, k: int, steps: int, skip: int, timeout_s: float) -> dict:
     """Round k: both jobs, lze-bench first when k is odd (1-based), their timings and load figures."""
     from lze_bench.backends.openrlhf.launch import prepare
@@ -149,7 +156,7 @@ def _round(cfg_overrides: list[str], out: Path, k: int, steps: int, skip: int, t
     plain = [*wrapper, sys.executable, "-m", OPENRLHF_CLI,
              *plain_flags(flags, folder / "openrlhf", *episodes_for(steps, batch, _prompt_rows(flags)))]
     jobs = {"lze": (argv, folder / "lze.log"), "openrlhf": (plain, folder / "openrlhf.log")}
-    order = ["lze", "openrlhf"] if k % 2 else ["openrlhf", "lze"]
+    order = order_of_round(k)
     runs = {name: _run(jobs[name][0], environment, jobs[name][1], timeout_s) for name in order}
     lze = _timed(run_timing(paths.run_dir / "tensorboard", recursive=False, prefix="openrlhf/", steps=steps,
                             skip=skip), "lze-bench", steps, skip)
@@ -173,6 +180,7 @@ def _rows(rounds: list[dict]) -> list[dict]:
                      "steps_timed": f"{len(r['lze'].intervals)}/{len(r['openrlhf'].intervals)}",
                      "load_1m_before": r["load"][0], "load_1m_after": r["load"][1]})
     mean, low, high = t_interval([row["ratio"] for row in rows])
+    low, high = (None, None) if math.isnan(low) else (low, high)  # one round: no interval (JSON has no NaN)
     extra = statistics.fmean(row["extra_s"] for row in rows)
     rows.append({"row": "step (mean over rounds)", "lze_bench_s": statistics.fmean(r["lze"].step_s for r in rounds),
                  "openrlhf_s": statistics.fmean(r["openrlhf"].step_s for r in rounds), "extra_s": extra,
@@ -186,10 +194,9 @@ def _rows(rounds: list[dict]) -> list[dict]:
 
 @BENCH_COMMANDS.add("overhead")
 def bench_overhead(options: dict[str, str]) -> BenchResult:
-    from lze_bench.backends.local.warmstart import cpu_model
     from lze_bench.config import compose
 
-    rounds = _int_option(options, "rounds", 4, 2, "the interval comes from the spread between rounds")
+    rounds = _int_option(options, "rounds", 4, 1, "a round is one job of each driver")
     steps = _int_option(options, "steps", 6, 1, "steps per job")
     skip = _int_option(options, "skip", 1, 0, "warm-up steps left untimed")
     if steps < skip + 2:
@@ -207,21 +214,35 @@ def bench_overhead(options: dict[str, str]) -> BenchResult:
         raise LzeBenchError("bench overhead: the overrides must select backend=openrlhf")
     done = [_round(cfg_overrides, out, k, steps, skip, timeout_s) for k in range(1, rounds + 1)]
     rows = _rows(done)
+    return BenchResult(title=f"harness overhead on backend=openrlhf: {cfg.model.path}", rows=rows,
+                       notes=_notes(rows, rounds, steps, skip, out))
+
+
+def _notes(rows: list[dict], rounds: int, steps: int, skip: int, out: Path) -> list[str]:
+    """What the table's figures are, the overhead in one line, the machine, and a warning where the interval is
+    wider than WIDE_PCT."""
+    from lze_bench.backends.local.warmstart import cpu_model
+
     summary = rows[rounds]
-    _, extra_low, extra_high = t_interval([row["extra_s"] for row in rows[:rounds]])
-    half_width_pct = 100 * (summary["ratio_ci95_high"] - summary["ratio_ci95_low"]) / 2 / summary["ratio"]
+    wide = []  # the warning, last
     notes = [f"step wall time: median interval between consecutive steps' TensorBoard events over steps {skip}.."
              f"{steps - 1} (0-based) of each job; ratio: mean over {rounds} rounds of lze-bench's median / "
-             "OpenRLHF's, 95 % Student-t interval over rounds; order alternates by round",
-             f"harness overhead per step: {summary['ratio']:.3f}x [{summary['ratio_ci95_low']:.3f}, "
-             f"{summary['ratio_ci95_high']:.3f}] (+-{half_width_pct:.1f} %), {summary['extra_s']:+.3f} s a step "
-             f"[{extra_low:+.3f}, {extra_high:+.3f}] (goal <= 1.05 on CPU, <= 1.02 on GPU)",
-             "phase rows: OpenRLHF's own timers (timing/*), mean over rounds of each job's median; "
-             f"{OUTSIDE} = interval - timing/step_total (log and checkpoint hook, experience hand-over)",
-             f"machine: {cpu_model()}, {os.cpu_count()} CPUs; load_1m_*: os.getloadavg() before the round's first "
-             "job and after its second",
-             f"runs: {out}/round_K/lze and {out}/round_K/openrlhf, driver logs beside them"]
-    if not half_width_pct <= WIDE_PCT:
-        notes.append(f"the interval's half-width is {half_width_pct:.1f} % (> {WIDE_PCT:g} %): "
-                     "raise rounds= or steps=, or run on an idle machine")
-    return BenchResult(title=f"harness overhead on backend=openrlhf: {cfg.model.path}", rows=rows, notes=notes)
+             "OpenRLHF's, 95 % Student-t interval over rounds; order alternates by round"]
+    if rounds == 1:
+        notes.append(f"harness overhead per step: {summary['ratio']:.3f}x, {summary['extra_s']:+.3f} s a step; one "
+                     "round: no interval (rounds=2 or more gives a 95 % interval over rounds)")
+    else:
+        _, extra_low, extra_high = t_interval([row["extra_s"] for row in rows[:rounds]])
+        half_width_pct = 100 * (summary["ratio_ci95_high"] - summary["ratio_ci95_low"]) / 2 / summary["ratio"]
+        notes.append(f"harness overhead per step: {summary['ratio']:.3f}x [{summary['ratio_ci95_low']:.3f}, "
+                     f"{summary['ratio_ci95_high']:.3f}] (+-{half_width_pct:.1f} %), {summary['extra_s']:+.3f} s a "
+                     f"step [{extra_low:+.3f}, {extra_high:+.3f}] (goal <= 1.05 on CPU, <= 1.02 on GPU)")
+        if not half_width_pct <= WIDE_PCT:
+            wide.append(f"the interval's half-width is {half_width_pct:.1f} % (> {WIDE_PCT:g} %): "
+                        "raise rounds= or steps=, or run on an idle machine")
+    notes += ["phase rows: OpenRLHF's own timers (timing/*), mean over rounds of each job's median; "
+              f"{OUTSIDE} = interval - timing/step_total (log and checkpoint hook, experience hand-over)",
+              f"machine: {cpu_model()}, {os.cpu_count()} CPUs; load_1m_*: os.getloadavg() before the round's first "
+              "job and after its second",
+              f"runs: {out}/round_K/lze and {out}/round_K/openrlhf, driver logs beside them"]
+    return notes + wide
