@@ -83,14 +83,26 @@ def test_slurm_sweep_results_land(tmp_path):
         assert read_ledger(job.run_dir)["step"].nunique() == 2
 
 
-def _start_when_requeued(job_id: str, timeout_s: float = 60) -> None:
-    """Slurm holds a requeued job for about two minutes (reason BeginTime); start it now instead."""
+def _start_when_requeued(job_id: str, timeout_s: float = 120) -> None:
+    """Slurm holds a requeued job for about two minutes (reason BeginTime); start it now instead, once the node
+    has finished cleaning up the job's first run (no node COMPLETING) and the clock has moved past the second of
+    the requeue. Slurm revokes the first run's job credential at the requeue, to the second: a start granted in
+    that same second, or while the node still holds the old step, is killed ("Job credential revoked") and the
+    job ends without a result. On a loaded machine the cleanup takes long enough for that to happen."""
     import time
 
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], capture_output=True, text=True).stdout
         if "BeginTime" in out:
+            break
+        time.sleep(0.2)
+    else:
+        return  # not seen held: Slurm starts it at its own begin time
+    held_at = time.time()
+    while time.time() < deadline:
+        nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True).stdout
+        if "COMPLETING" not in nodes.upper() and time.time() - held_at >= 2.0:
             subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
             return
         time.sleep(0.2)
